@@ -1,0 +1,99 @@
+"""Threshold 2-bit quantization with error feedback, and its wire format.
+
+Arrays are MXNet NDArrays (passed zero-copy through DLPack), numpy arrays, or DLPack capsules;
+all arrays of a call live on one device. Kernels run with the GIL released.
+
+    residual += grad
+    code = +threshold if residual >= threshold, -threshold if residual <= -threshold, else 0
+    residual -= code                                           (MXNet's rule, bit for bit)
+
+`packed` holds MXNet's own 2-bit layout: ceil(n/16) 32-bit words (float32, int32 or uint32 array).
+`wire` holds the same codes as float32 values that survive MXNet's parameter server bit-exactly
+("ternary16": 16 base-3 digits per float32, 0.25 bytes per value; see docs/wire-format.md).
+
+Non-finite input follows MXNet: a NaN residual emits 0 and stays NaN, +-Inf emits +-threshold
+and stays +-Inf. `quantize` returns how many residual entries are non-finite afterwards, so a
+caller can refuse to push a poisoned gradient without a second pass over the data.
+"""
+import numbers
+
+from . import _native
+
+VALUES_PER_WORD = 16
+WIRE_BYTES_PER_VALUE = 4 / VALUES_PER_WORD  # 0.25, like MXNet's own 2-bit wire
+
+
+def packed_size(n):
+    """Number of 32-bit words that hold n packed values."""
+    return (int(n) + VALUES_PER_WORD - 1) // VALUES_PER_WORD
+
+
+wire_size = packed_size  # one wire float per packed word
+
+
+def _threads(threads):
+    if threads is None:
+        return 0  # the module default, see set_num_threads
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
+        raise ValueError("threads must be an integer >= 1 or None, got %r" % (threads,))
+    return int(threads)
+
+
+def _threshold(threshold):
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+        raise TypeError("threshold must be a number, got %r" % (threshold,))
+    return float(threshold)
+
+
+def _array(x, write):
+    """NDArrays become DLPack capsules (zero-copy, after the engine's pending writes, and for
+    an output after pending reads too); numpy arrays and capsules pass through."""
+    if hasattr(x, "to_dlpack_for_write"):
+        if getattr(x, "stype", "default") != "default":
+            raise TypeError("only dense NDArrays are supported, got stype %r" % x.stype)
+        return x.to_dlpack_for_write() if write else x.to_dlpack_for_read()
+    return x
+
+
+def quantize(grad, residual, packed, threshold, threads=None):
+    """residual += grad; write codes into packed; residual -= decoded codes.
+
+    Returns the number of non-finite residual entries after the update (0 on healthy input)."""
+    return _native.quantize_2bit(_array(grad, False), _array(residual, True), _array(packed, True),
+                                 _threshold(threshold), _threads(threads))
+
+
+def dequantize(packed, out, threshold, accumulate=False, threads=None):
+    """out = decoded codes (+-threshold or 0), or out += decoded codes with accumulate=True."""
+    _native.dequantize_2bit(_array(packed, False), _array(out, True), _threshold(threshold),
+                            bool(accumulate), _threads(threads))
+
+
+def wire_encode(packed, wire, threads=None):
+    """Packed words -> wire floats (same count)."""
+    _native.wire_encode(_array(packed, False), _array(wire, True), _threads(threads))
+
+
+def wire_decode(wire, packed, threads=None):
+    """Wire floats -> packed words. Raises ValueError on a corrupt payload."""
+    bad = _native.wire_decode(_array(wire, False), _array(packed, True), _threads(threads))
+    if bad:
+        raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
+
+
+def set_num_threads(threads):
+    """Threads the CPU kernels use when a call passes threads=None (default 1)."""
+    _native.set_num_threads(_threads(threads))
+
+
+def get_num_threads():
+    return _native.get_num_threads()
+
+
+def built_with_cuda():
+    return bool(_native.built_with_cuda)
+
+
+def cuda_device_count():
+    """GPUs the CUDA kernels can use here (0 without CUDA build, driver or GPU)."""
+    return _native.cuda_device_count()

@@ -1,0 +1,43 @@
+// cdsgd_mx native codec: threshold 2-bit quantization with error feedback, and the wire format
+// that carries the codes through MXNet's unmodified parameter server.
+//
+// Packed layout (MXNet's own, gradient_compression-inl.h): 16 values per 32-bit word; value j of
+// a block sits in byte j/4 of the word, bits 7-6 for j%4==0 down to bits 1-0 for j%4==3.
+// Codes: 11 = +threshold, 10 = -threshold, 00 = 0 (01 never written; read as 0).
+//
+// Wire layout ("ternary16"): one float32 per packed word, bit pattern 0x3F800000 + v where
+// v = sum_j d_j * 3^j over the 16 values of the word, d = 1 for +, 2 for -, 0 for 0.
+// v < 3^16 < 2^26, so every wire float is a finite normal in [1, 73): the server's float merge
+// (x + 0) keeps it bit-exact, which raw packed words (NaN, denormal, -0 patterns) would not be.
+#pragma once
+#include <cstdint>
+
+namespace cdsgd {
+
+constexpr int64_t kValuesPerWord = 16;
+constexpr uint32_t kWireBias = 0x3F800000u;  // bit pattern of 1.0f
+constexpr uint32_t kWireLimit = 43046721u;   // 3^16: number of valid word values
+
+inline int64_t packed_words(int64_t n) { return (n + kValuesPerWord - 1) / kValuesPerWord; }
+
+// residual += grad; emit +t / -t / 0 by MXNet's rule; residual -= emitted; write ceil(n/16) words.
+// Returns how many residual entries are non-finite afterwards (NaN/Inf propagate as in MXNet).
+int64_t quantize_2bit(const float* grad, float* residual, uint32_t* packed, int64_t n,
+                      float threshold, int threads);
+
+// out = decoded (accumulate=false) or out += decoded (accumulate=true), first n values.
+void dequantize_2bit(const uint32_t* packed, float* out, int64_t n, float threshold,
+                     bool accumulate, int threads);
+
+// packed words -> wire floats (as raw bits), nwords of each.
+void wire_encode(const uint32_t* packed, uint32_t* wire, int64_t nwords, int threads);
+
+// wire floats -> packed words. Returns the number of wire words that are not valid codes
+// (those decode to 0 words); the caller treats any as a corrupt payload.
+int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int threads);
+
+// Threads used when a call passes threads <= 0.
+int default_threads();
+void set_default_threads(int threads);
+
+}  // namespace cdsgd

@@ -1,0 +1,198 @@
+// CPU kernels of the codec. Plain loops over small cache-resident chunks, written so that the
+// compiler vectorizes each pass; target_clones builds AVX-512 / AVX2 / baseline copies and picks
+// one at load time. Work is split across threads on chunk boundaries, so the result does not
+// depend on the thread count.
+#include "codec.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(CDSGD_NO_CLONES)
+#define CDSGD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CDSGD_CLONES
+#endif
+
+namespace cdsgd {
+namespace {
+
+// Values per inner chunk: the code bytes of one chunk stay in L1 between the two passes.
+constexpr int64_t kChunk = 4096;
+// Below this many values per thread, starting a thread costs more than it saves.
+constexpr int64_t kMinPerThread = 1 << 18;
+
+std::atomic<int> g_threads{1};
+
+// Runs fn(begin, end) over [0, n) in `threads` pieces whose bounds are multiples of `align`.
+template <typename Fn>
+void parallel_for(int64_t n, int64_t align, int threads, Fn fn) {
+  if (threads <= 0) threads = g_threads.load();
+  int64_t useful = std::max<int64_t>(1, n / kMinPerThread);
+  int t = static_cast<int>(std::min<int64_t>(threads, useful));
+  if (t <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  int64_t per = (n + t - 1) / t;
+  per = (per + align - 1) / align * align;
+  std::vector<std::thread> pool;
+  for (int i = 1; i < t; ++i) {
+    int64_t b = std::min(n, per * i), e = std::min(n, per * (i + 1));
+    if (b < e) pool.emplace_back(fn, b, e);
+  }
+  fn(int64_t{0}, std::min(n, per));
+  for (auto& th : pool) th.join();
+}
+
+// Shift of the low code bit of value j (0..15) inside its word.
+constexpr int shift_of(int j) { return 8 * (j >> 2) + 6 - 2 * (j & 3); }
+
+// Pass 1: residual update and one code byte per value (3 = +, 2 = -, 0).
+// Pass 2: four code bytes (read as one little-endian uint32) -> one packed byte. The multiply
+// moves byte 0 to bits 31-30, byte 1 to 29-28, byte 2 to 27-26, byte 3 to 25-24; the other
+// partial products land below bit 24 without carries.
+CDSGD_CLONES
+int64_t quantize_range(const float* grad, float* residual, uint8_t* out, int64_t begin,
+                       int64_t end, int64_t n, float t) {
+  alignas(64) uint8_t code[kChunk];
+  const float neg_t = -t;
+  int64_t nonfinite = 0;
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const int64_t m = std::min(kChunk, end - c0);
+    const float* g = grad + c0;
+    float* r = residual + c0;
+    for (int64_t i = 0; i < m; ++i) {
+      const float x = r[i] + g[i];
+      // Both candidates computed unconditionally so the choice is a branch-free select.
+      const float down = x - t, up = x - neg_t;
+      const bool pos = x >= t;
+      const bool neg = x <= neg_t;
+      const float y = pos ? down : (neg ? up : x);
+      r[i] = y;
+      code[i] = static_cast<uint8_t>((pos ? 3 : 0) | (neg ? 2 : 0));
+      uint32_t bits;
+      std::memcpy(&bits, &y, 4);
+      nonfinite += (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    // The last chunk of the array fills its last word with zero codes.
+    int64_t padded = m;
+    if (c0 + m == n) padded = (m + kValuesPerWord - 1) / kValuesPerWord * kValuesPerWord;
+    for (int64_t i = m; i < padded; ++i) code[i] = 0;
+    uint8_t* o = out + c0 / 4;
+    for (int64_t b = 0; b < padded / 4; ++b) {
+      uint32_t x;
+      std::memcpy(&x, code + 4 * b, 4);
+      o[b] = static_cast<uint8_t>((x * 0x40100401u) >> 24);
+    }
+  }
+  return nonfinite;
+}
+
+// Pass 1: each packed byte -> four code bytes. Pass 2: code -> +t / -t / 0 (01 reads as 0).
+CDSGD_CLONES
+void dequantize_range(const uint8_t* in, float* out, int64_t begin, int64_t end, float t,
+                      bool accumulate) {
+  alignas(64) uint8_t code[kChunk];
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const int64_t m = std::min(kChunk, end - c0);
+    const uint8_t* src = in + c0 / 4;
+    const int64_t nb = (m + 3) / 4;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint32_t x = src[b];
+      const uint32_t y = ((x >> 6) | (x << 4) | (x << 14) | (x << 24)) & 0x03030303u;
+      std::memcpy(code + 4 * b, &y, 4);
+    }
+    float* o = out + c0;
+    if (accumulate) {
+      for (int64_t i = 0; i < m; ++i) {
+        const uint8_t c = code[i];
+        o[i] += c == 3 ? t : (c == 2 ? -t : 0.0f);
+      }
+    } else {
+      for (int64_t i = 0; i < m; ++i) {
+        const uint8_t c = code[i];
+        o[i] = c == 3 ? t : (c == 2 ? -t : 0.0f);
+      }
+    }
+  }
+}
+
+// Horner over the 16 codes of each word: digit 1 for + (11), 2 for - (10), 0 otherwise.
+CDSGD_CLONES
+void wire_encode_range(const uint32_t* packed, uint32_t* wire, int64_t begin, int64_t end) {
+  for (int64_t w = begin; w < end; ++w) {
+    const uint32_t word = packed[w];
+    uint32_t v = 0;
+    for (int j = kValuesPerWord - 1; j >= 0; --j) {
+      const uint32_t c = (word >> shift_of(j)) & 3u;
+      const uint32_t d = (c >> 1) * (2u - (c & 1u));
+      v = v * 3u + d;
+    }
+    wire[w] = kWireBias + v;
+  }
+}
+
+// Inverse of wire_encode_range; an out-of-range value (corrupt payload) decodes to 0 and counts.
+CDSGD_CLONES
+int64_t wire_decode_range(const uint32_t* wire, uint32_t* packed, int64_t begin, int64_t end) {
+  int64_t invalid = 0;
+  for (int64_t w = begin; w < end; ++w) {
+    uint32_t v = wire[w] - kWireBias;  // wraps to a huge value below the bias
+    const bool bad = v >= kWireLimit;
+    invalid += bad;
+    v = bad ? 0u : v;
+    uint32_t word = 0;
+    for (int j = 0; j < kValuesPerWord; ++j) {
+      const uint32_t q = static_cast<uint32_t>((uint64_t{v} * 0xAAAAAAABull) >> 33);  // v / 3
+      const uint32_t d = v - 3u * q;
+      v = q;
+      word |= ((3u * d) & 3u) << shift_of(j);  // 1 -> 11, 2 -> 10, 0 -> 00
+    }
+    packed[w] = word;
+  }
+  return invalid;
+}
+
+// Thread ranges for value kernels are multiples of 256 values: whole 64-byte lines of codes.
+constexpr int64_t kValueAlign = 256;
+constexpr int64_t kWordAlign = 16;
+
+}  // namespace
+
+int default_threads() { return g_threads.load(); }
+void set_default_threads(int threads) { g_threads.store(threads < 1 ? 1 : threads); }
+
+int64_t quantize_2bit(const float* grad, float* residual, uint32_t* packed, int64_t n,
+                      float threshold, int threads) {
+  std::atomic<int64_t> nonfinite{0};
+  auto* out = reinterpret_cast<uint8_t*>(packed);
+  parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {
+    nonfinite += quantize_range(grad, residual, out, b, e, n, threshold);
+  });
+  return nonfinite.load();
+}
+
+void dequantize_2bit(const uint32_t* packed, float* out, int64_t n, float threshold,
+                     bool accumulate, int threads) {
+  const auto* in = reinterpret_cast<const uint8_t*>(packed);
+  parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {
+    dequantize_range(in, out, b, e, threshold, accumulate);
+  });
+}
+
+void wire_encode(const uint32_t* packed, uint32_t* wire, int64_t nwords, int threads) {
+  parallel_for(nwords, kWordAlign, threads,
+               [&](int64_t b, int64_t e) { wire_encode_range(packed, wire, b, e); });
+}
+
+int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int threads) {
+  std::atomic<int64_t> invalid{0};
+  parallel_for(nwords, kWordAlign, threads,
+               [&](int64_t b, int64_t e) { invalid += wire_decode_range(wire, packed, b, e); });
+  return invalid.load();
+}
+
+}  // namespace cdsgd

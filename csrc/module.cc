@@ -1,0 +1,253 @@
+// Python bindings of the codec. Arrays arrive as DLPack capsules (MXNet NDArrays, zero-copy) or
+// as buffer-protocol objects (numpy). Every argument is checked here, with an error that names
+// it; kernels then run with the GIL released so a communication thread can use them while the
+// main thread trains.
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "codec.h"
+#ifdef CDSGD_WITH_CUDA
+#include "codec_cuda.h"
+#endif
+
+namespace py = pybind11;
+
+namespace {
+
+// DLPack v0.2 ABI (the layout MXNet 1.9.1 and numpy share).
+struct DLContext { int32_t device_type; int32_t device_id; };
+struct DLDataType { uint8_t code; uint8_t bits; uint16_t lanes; };
+struct DLTensor {
+  void* data; DLContext ctx; int32_t ndim; DLDataType dtype;
+  int64_t* shape; int64_t* strides; uint64_t byte_offset;
+};
+struct DLManagedTensor { DLTensor dl_tensor; void* manager_ctx; void (*deleter)(DLManagedTensor*); };
+
+constexpr int kDLCPU = 1, kDLGPU = 2, kDLCPUPinned = 3;
+enum Kind { kFloat32, kWord32 };  // what an argument must hold
+
+// One argument, resolved to a pointer and its facts.
+struct View {
+  void* data = nullptr;
+  int64_t size = 0;
+  bool gpu = false;
+  int device = 0;
+  py::object keep;  // keeps a buffer alive while in use
+  std::vector<int64_t> shape;
+};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << "(";
+  for (size_t i = 0; i < s.size(); ++i) o << s[i] << (s.size() == 1 || i + 1 < s.size() ? "," : "");
+  o << ")";
+  return o.str();
+}
+
+void check_dtype(const char* name, Kind kind, char code, int bits, const std::string& shown) {
+  const bool is_f32 = code == 'f' && bits == 32;
+  const bool ok = kind == kFloat32 ? is_f32 : (bits == 32 && (code == 'f' || code == 'i' || code == 'u'));
+  if (!ok)
+    throw py::type_error(std::string(name) + " must be " +
+                         (kind == kFloat32 ? "float32" : "a 4-byte array (float32, int32 or uint32)") +
+                         ", got " + shown);
+}
+
+View from_capsule(const char* name, Kind kind, py::handle obj) {
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(obj.ptr(), "dltensor"));
+  if (m == nullptr) {
+    PyErr_Clear();
+    throw py::type_error(std::string(name) + ": DLPack capsule was already consumed");
+  }
+  const DLTensor& t = m->dl_tensor;
+  const char code = t.dtype.code == 2 ? 'f' : t.dtype.code == 0 ? 'i' : t.dtype.code == 1 ? 'u' : '?';
+  if (t.dtype.lanes != 1) throw py::type_error(std::string(name) + " must have one lane per element");
+  check_dtype(name, kind, code, t.dtype.bits,
+              std::string(1, code) + std::to_string(t.dtype.bits) + " DLPack tensor");
+  View v;
+  v.size = 1;
+  int64_t expect = 1;
+  bool contiguous = true;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.strides != nullptr && t.shape[i] > 1 && t.strides[i] != expect) contiguous = false;
+    expect *= t.shape[i];
+  }
+  for (int i = 0; i < t.ndim; ++i) { v.size *= t.shape[i]; v.shape.push_back(t.shape[i]); }
+  if (!contiguous) throw py::value_error(std::string(name) + " must be contiguous");
+  v.data = static_cast<char*>(t.data) + t.byte_offset;
+  if (t.ctx.device_type == kDLGPU) { v.gpu = true; v.device = t.ctx.device_id; }
+  else if (t.ctx.device_type != kDLCPU && t.ctx.device_type != kDLCPUPinned)
+    throw py::value_error(std::string(name) + " is on an unsupported device type " +
+                          std::to_string(t.ctx.device_type) + " (CPU or CUDA only)");
+  v.keep = py::reinterpret_borrow<py::object>(obj);
+  return v;
+}
+
+View from_buffer(const char* name, Kind kind, py::handle obj, bool writable) {
+  if (!PyObject_CheckBuffer(obj.ptr()))
+    throw py::type_error(std::string(name) + " must be an MXNet NDArray, a numpy array or a DLPack capsule, got " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  py::buffer buf = py::reinterpret_borrow<py::buffer>(obj);
+  py::buffer_info info;
+  try {
+    info = buf.request(writable);
+  } catch (py::error_already_set&) {
+    throw py::value_error(std::string(name) + (writable ? " must be a writable buffer" : " is not a readable buffer"));
+  }
+  std::string fmt = info.format;
+  char code = '?';
+  if (fmt == "f") code = 'f';
+  else if (fmt == "i" || fmt == "l" || fmt == "q" || fmt == "b" || fmt == "h") code = 'i';
+  else if (fmt == "I" || fmt == "L" || fmt == "Q" || fmt == "B" || fmt == "H") code = 'u';
+  else if (fmt == "d" || fmt == "e") code = 'f';
+  check_dtype(name, kind, code, static_cast<int>(info.itemsize * 8),
+              "buffer of format '" + fmt + "' (" + std::to_string(info.itemsize) + " bytes)");
+  View v;
+  v.size = info.size;
+  int64_t expect = info.itemsize;
+  for (int i = static_cast<int>(info.ndim) - 1; i >= 0; --i) {
+    if (info.shape[i] > 1 && info.strides[i] != expect)
+      throw py::value_error(std::string(name) + " must be contiguous");
+    expect *= info.shape[i];
+  }
+  for (auto s : info.shape) v.shape.push_back(s);
+  v.data = info.ptr;
+  v.keep = buf;
+  return v;
+}
+
+View view(const char* name, Kind kind, py::handle obj, bool writable) {
+  if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(name, kind, obj);
+  return from_buffer(name, kind, obj, writable);
+}
+
+void check_size(const char* name, const View& v, int64_t expected, const char* rule) {
+  if (v.size != expected)
+    throw py::value_error(std::string(name) + " has " + std::to_string(v.size) + " elements " +
+                          shape_str(v.shape) + ", expected " + std::to_string(expected) + " (" + rule + ")");
+}
+
+// All arrays of one call on one device; returns true for CUDA.
+bool same_device(std::initializer_list<std::pair<const char*, const View*>> views) {
+  const View* first = views.begin()->second;
+  for (auto& [name, v] : views) {
+    if (v->gpu != first->gpu || v->device != first->device)
+      throw py::value_error(std::string(name) + " is on a different device from " + views.begin()->first);
+  }
+#ifndef CDSGD_WITH_CUDA
+  if (first->gpu)
+    throw py::value_error(std::string(views.begin()->first) +
+                          " is a GPU array but cdsgd_mx was built without CUDA (set CDSGD_CUDA=1 and reinstall where nvcc is found)");
+#endif
+  return first->gpu;
+}
+
+void check_no_overlap(const char* a, const View& va, int64_t bytes_a, const char* b, const View& vb, int64_t bytes_b) {
+  auto pa = static_cast<const char*>(va.data), pb = static_cast<const char*>(vb.data);
+  if (bytes_a > 0 && bytes_b > 0 && pa < pb + bytes_b && pb < pa + bytes_a)
+    throw py::value_error(std::string(a) + " and " + b + " must not share memory");
+}
+
+void check_threshold(float t) {
+  if (!(t > 0.0f) || t > 3.4e38f)
+    throw py::value_error("threshold must be a finite number > 0, got " + std::to_string(t));
+}
+
+int64_t quantize(py::handle grad, py::handle residual, py::handle packed, float threshold, int threads) {
+  check_threshold(threshold);
+  View g = view("grad", kFloat32, grad, false), r = view("residual", kFloat32, residual, true),
+       p = view("packed", kWord32, packed, true);
+  check_size("residual", r, g.size, "same as grad");
+  check_size("packed", p, cdsgd::packed_words(g.size), "ceil(grad.size / 16)");
+  check_no_overlap("grad", g, g.size * 4, "residual", r, r.size * 4);
+  check_no_overlap("residual", r, r.size * 4, "packed", p, p.size * 4);
+  check_no_overlap("grad", g, g.size * 4, "packed", p, p.size * 4);
+  const bool gpu = same_device({{"grad", &g}, {"residual", &r}, {"packed", &p}});
+  auto* gp = static_cast<const float*>(g.data);
+  auto* rp = static_cast<float*>(r.data);
+  auto* pp = static_cast<uint32_t*>(p.data);
+  py::gil_scoped_release nogil;
+#ifdef CDSGD_WITH_CUDA
+  if (gpu) return cdsgd::cuda::quantize_2bit(gp, rp, pp, g.size, threshold, g.device);
+#endif
+  (void)gpu;
+  return cdsgd::quantize_2bit(gp, rp, pp, g.size, threshold, threads);
+}
+
+void dequantize(py::handle packed, py::handle out, float threshold, bool accumulate, int threads) {
+  check_threshold(threshold);
+  View p = view("packed", kWord32, packed, false), o = view("out", kFloat32, out, true);
+  check_size("packed", p, cdsgd::packed_words(o.size), "ceil(out.size / 16)");
+  check_no_overlap("packed", p, p.size * 4, "out", o, o.size * 4);
+  const bool gpu = same_device({{"packed", &p}, {"out", &o}});
+  auto* pp = static_cast<const uint32_t*>(p.data);
+  auto* op = static_cast<float*>(o.data);
+  py::gil_scoped_release nogil;
+#ifdef CDSGD_WITH_CUDA
+  if (gpu) return cdsgd::cuda::dequantize_2bit(pp, op, o.size, threshold, accumulate, o.device);
+#endif
+  (void)gpu;
+  cdsgd::dequantize_2bit(pp, op, o.size, threshold, accumulate, threads);
+}
+
+void wire_encode(py::handle packed, py::handle wire, int threads) {
+  View p = view("packed", kWord32, packed, false), w = view("wire", kWord32, wire, true);
+  check_size("wire", w, p.size, "same as packed");
+  check_no_overlap("packed", p, p.size * 4, "wire", w, w.size * 4);
+  const bool gpu = same_device({{"packed", &p}, {"wire", &w}});
+  auto* pp = static_cast<const uint32_t*>(p.data);
+  auto* wp = static_cast<uint32_t*>(w.data);
+  py::gil_scoped_release nogil;
+#ifdef CDSGD_WITH_CUDA
+  if (gpu) return cdsgd::cuda::wire_encode(pp, wp, p.size, p.device);
+#endif
+  (void)gpu;
+  cdsgd::wire_encode(pp, wp, p.size, threads);
+}
+
+int64_t wire_decode(py::handle wire, py::handle packed, int threads) {
+  View w = view("wire", kWord32, wire, false), p = view("packed", kWord32, packed, true);
+  check_size("packed", p, w.size, "same as wire");
+  check_no_overlap("wire", w, w.size * 4, "packed", p, p.size * 4);
+  const bool gpu = same_device({{"wire", &w}, {"packed", &p}});
+  auto* wp = static_cast<const uint32_t*>(w.data);
+  auto* pp = static_cast<uint32_t*>(p.data);
+  py::gil_scoped_release nogil;
+#ifdef CDSGD_WITH_CUDA
+  if (gpu) return cdsgd::cuda::wire_decode(wp, pp, w.size, w.device);
+#endif
+  (void)gpu;
+  return cdsgd::wire_decode(wp, pp, w.size, threads);
+}
+
+int cuda_device_count() {
+#ifdef CDSGD_WITH_CUDA
+  return cdsgd::cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "cdsgd_mx native codec kernels (use cdsgd_mx.codec, which checks and converts arrays)";
+  m.def("quantize_2bit", &quantize, py::arg("grad"), py::arg("residual"), py::arg("packed"),
+        py::arg("threshold"), py::arg("threads") = 0);
+  m.def("dequantize_2bit", &dequantize, py::arg("packed"), py::arg("out"), py::arg("threshold"),
+        py::arg("accumulate") = false, py::arg("threads") = 0);
+  m.def("wire_encode", &wire_encode, py::arg("packed"), py::arg("wire"), py::arg("threads") = 0);
+  m.def("wire_decode", &wire_decode, py::arg("wire"), py::arg("packed"), py::arg("threads") = 0);
+  m.def("set_num_threads", &cdsgd::set_default_threads);
+  m.def("get_num_threads", &cdsgd::default_threads);
+  m.def("cuda_device_count", &cuda_device_count);
+#ifdef CDSGD_WITH_CUDA
+  m.attr("built_with_cuda") = true;
+#else
+  m.attr("built_with_cuda") = false;
+#endif
+}

@@ -1,0 +1,313 @@
+"""The codec against its numpy reference, MXNet's own kernel, and hand-worked cases."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from cdsgd_mx import codec
+from cdsgd_mx import reference as ref
+
+T = 0.5
+# sizes around every block size of the kernels: word (16), chunk (4096), thread grain (2^18)
+SIZES = [0, 1, 15, 16, 17, 255, 256, 257, 4095, 4096, 4097, 3 * 4096 + 5, (1 << 18) + 4096 + 17,
+         3 * (1 << 18) + 2 * 4096 + 7]
+
+
+def bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def run_quantize(grad, residual, threshold=T, threads=None):
+    residual = residual.copy()
+    packed = np.zeros(codec.packed_size(grad.size), np.uint32)
+    nonfinite = codec.quantize(grad, residual, packed, threshold, threads=threads)
+    return packed, residual, nonfinite
+
+
+def test_layout_matches_mxnet_documented_word():
+    g = np.zeros(16, np.float32)
+    g[:6] = [0.6, -0.7, 0.2, 1.3, 0, -3]
+    g[12], g[15] = -1.0, 2.0
+    packed, residual, _ = run_quantize(g, np.zeros(16, np.float32))
+    assert packed.tolist() == [0x830020E3]
+    f = np.float32
+    want = [f(0.6) - f(0.5), f(-0.7) + f(0.5), f(0.2), f(1.3) - f(0.5), f(0), f(-3) + f(0.5)]
+    np.testing.assert_array_equal(bits(residual[:6]), bits(want))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_quantize_bit_exact_with_reference(n):
+    rng = np.random.default_rng(n)
+    g = rng.normal(0, 0.6, n).astype(np.float32)
+    r0 = rng.normal(0, 0.3, n).astype(np.float32)
+    packed, residual, nonfinite = run_quantize(g, r0, threads=2)
+    want_packed, want_res = ref.quantize(g, r0, T)
+    assert packed.shape == (codec.packed_size(n),)
+    np.testing.assert_array_equal(packed, want_packed)
+    np.testing.assert_array_equal(bits(residual), bits(want_res))
+    assert nonfinite == 0
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_dequantize_and_accumulate_match_reference(n):
+    rng = np.random.default_rng(100 + n)
+    words = rng.integers(0, 2 ** 32, codec.packed_size(n), dtype=np.uint64).astype(np.uint32)
+    out = np.full(n, np.nan, np.float32)
+    codec.dequantize(words, out, T, threads=2)
+    np.testing.assert_array_equal(bits(out), bits(ref.dequantize(words, n, T)))
+    base = rng.normal(size=n).astype(np.float32)
+    acc = base.copy()
+    codec.dequantize(words, acc, T, accumulate=True, threads=2)
+    np.testing.assert_array_equal(bits(acc), bits(base + ref.dequantize(words, n, T)))
+
+
+def test_edge_values_around_threshold():
+    t = np.float32(T)
+    above, below = np.nextafter(t, np.float32(1)), np.nextafter(t, np.float32(0))
+    g = np.array([t, -t, above, -above, below, -below, 0.0, -0.0, t, -t, 1e-45, -1e-45, 3 * t, -3 * t, 2 * t, t],
+                 np.float32)
+    packed, residual, _ = run_quantize(g, np.zeros(16, np.float32))
+    codes = ref._codes_of(packed)
+    # >= t is +, <= -t is -, anything strictly inside is 0
+    assert codes.tolist() == [3, 2, 3, 2, 0, 0, 0, 0, 3, 2, 0, 0, 3, 2, 3, 3]
+    np.testing.assert_array_equal(bits(residual), bits(ref.quantize(g, np.zeros(16, np.float32), T)[1]))
+    # the residual keeps -0.0 exactly as MXNet does (0 + -0 = +0 in IEEE, and -0 + -0 = -0)
+    packed2, residual2, _ = run_quantize(np.float32([-0.0]), np.float32([-0.0]))
+    assert bits(residual2)[0] == 0x80000000 and packed2[0] == 0
+
+
+def test_non_finite_policy_matches_mxnet_and_is_reported():
+    g = np.array([np.nan, np.inf, -np.inf, 1.0, 0.1], np.float32)
+    packed, residual, nonfinite = run_quantize(g, np.zeros(5, np.float32))
+    assert ref._codes_of(packed)[:5].tolist() == [0, 3, 2, 3, 0]
+    assert np.isnan(residual[0]) and residual[1] == np.inf and residual[2] == -np.inf
+    assert nonfinite == 3
+    want_packed, want_res = ref.quantize(g, np.zeros(5, np.float32), T)
+    np.testing.assert_array_equal(packed, want_packed)
+    np.testing.assert_array_equal(bits(residual), bits(want_res))
+
+
+def test_residual_carries_over_many_steps():
+    rng = np.random.default_rng(7)
+    n, steps = 1000, 200
+    residual = np.zeros(n, np.float32)
+    sent = np.zeros(n, np.float64)
+    total = np.zeros(n, np.float64)
+    packed = np.zeros(codec.packed_size(n), np.uint32)
+    out = np.zeros(n, np.float32)
+    for _ in range(steps):
+        g = rng.normal(0, 0.2, n).astype(np.float32)
+        total += g
+        codec.quantize(g, residual, packed, T)
+        codec.dequantize(packed, out, T)
+        sent += out
+    # nothing is lost: what was sent plus what is still held equals what came in
+    np.testing.assert_allclose(sent + residual, total, atol=1e-4)
+    assert np.abs(residual).max() < T + 0.2 * 6  # bounded, not drifting
+
+
+def test_one_and_two_threads_give_identical_bits():
+    n = 3 * (1 << 18) + 12345
+    rng = np.random.default_rng(3)
+    g = rng.normal(size=n).astype(np.float32)
+    r = rng.normal(size=n).astype(np.float32)
+    p1, r1, _ = run_quantize(g, r, threads=1)
+    p2, r2, _ = run_quantize(g, r, threads=2)
+    np.testing.assert_array_equal(p1, p2)
+    np.testing.assert_array_equal(bits(r1), bits(r2))
+    w1, w2 = np.zeros(len(p1), np.float32), np.zeros(len(p1), np.float32)
+    codec.wire_encode(p1, w1, threads=1)
+    codec.wire_encode(p1, w2, threads=2)
+    np.testing.assert_array_equal(bits(w1), bits(w2))
+
+
+@pytest.mark.parametrize("nwords", [0, 1, 15, 16, 17, 4097, (1 << 18) + 3])
+def test_wire_round_trip_and_reference(nwords):
+    rng = np.random.default_rng(nwords)
+    codes = rng.choice(np.array([0, 2, 3], np.uint32), size=nwords * 16)
+    packed = ref._words_of(codes)
+    wire = np.zeros(nwords, np.float32)
+    codec.wire_encode(packed, wire, threads=2)
+    np.testing.assert_array_equal(bits(wire), bits(ref.wire_encode(packed)))
+    # every wire value is a finite normal float in [1, 73): the server's x + 0 keeps it exact
+    assert np.all(np.isfinite(wire)) and np.all(wire >= 1.0) and np.all(wire < 73.0)
+    np.testing.assert_array_equal(bits(wire + np.float32(0)), bits(wire))
+    back = np.zeros(nwords, np.uint32)
+    codec.wire_decode(wire, back, threads=2)
+    np.testing.assert_array_equal(back, packed)
+
+
+def test_wire_extremes_and_unused_code():
+    all_plus = ref._words_of([3] * 16)
+    all_minus = ref._words_of([2] * 16)
+    unused = ref._words_of([1] * 16)  # 01 never written; it reads as 0 like MXNet's dequantize
+    packed = np.concatenate([all_plus, all_minus, unused, np.zeros(1, np.uint32)])
+    wire = np.zeros(4, np.float32)
+    codec.wire_encode(packed, wire)
+    assert bits(wire).tolist() == [0x3F800000 + (3 ** 16 - 1) // 2, 0x3F800000 + 3 ** 16 - 1, 0x3F800000, 0x3F800000]
+    back = np.zeros(4, np.uint32)
+    codec.wire_decode(wire, back)
+    assert back.tolist() == [all_plus[0], all_minus[0], 0, 0]
+
+
+@pytest.mark.parametrize("bad", [np.nan, 0.5, -1.0, 0.0, np.inf])
+def test_wire_decode_rejects_corrupt_payload(bad):
+    wire = np.array([1.0, bad, 2.0], np.float32)
+    with pytest.raises(ValueError, match="wire: 1 of its words"):
+        codec.wire_decode(wire, np.zeros(3, np.uint32))
+    assert ref.wire_decode(wire)[1] == 1
+
+
+def test_wire_decode_rejects_first_value_past_limit():
+    wire = np.array([0x3F800000 + 3 ** 16 - 1, 0x3F800000 + 3 ** 16], np.uint32).view(np.float32)
+    with pytest.raises(ValueError, match="1 of its words"):
+        codec.wire_decode(wire, np.zeros(2, np.uint32))
+
+
+def test_quantize_dequantize_wire_compose_on_mxnet_ndarrays():
+    mx = pytest.importorskip("mxnet")
+    n = 10007
+    g = mx.nd.random.normal(shape=(n,), scale=0.7)  # still being written by the engine
+    r = mx.nd.zeros((n,))
+    packed = mx.nd.zeros((codec.packed_size(n),))
+    codec.quantize(g, r, packed, T)
+    want_packed, want_res = ref.quantize(g.asnumpy(), np.zeros(n, np.float32), T)
+    np.testing.assert_array_equal(packed.asnumpy().view(np.uint32), want_packed)
+    # an engine op queued after the kernel sees the kernel's writes
+    np.testing.assert_array_equal(bits((r * 1).asnumpy()), bits(want_res))
+    wire = mx.nd.zeros((codec.wire_size(n),))
+    codec.wire_encode(packed, wire)
+    back = mx.nd.zeros((codec.packed_size(n),), dtype="int32")
+    codec.wire_decode(wire, back)
+    out = mx.nd.ones((n,))
+    codec.dequantize(back, out, T, accumulate=True)
+    np.testing.assert_array_equal(bits(out.asnumpy()), bits(1 + ref.dequantize(want_packed, n, T)))
+
+
+def test_zero_copy_writes_into_ndarray_memory():
+    mx = pytest.importorskip("mxnet")
+    out = mx.nd.zeros((32,))
+    codec.dequantize(np.full(2, 0xFFFFFFFF, np.uint32), out, T)
+    assert out.asnumpy().tolist() == [T] * 32
+
+
+def test_bit_exact_with_mxnet_own_kernel(mxnet_2bit):
+    mx = pytest.importorskip("mxnet")
+    q = mxnet_2bit.MXNet2Bit(threshold=T)
+    rng = np.random.default_rng(11)
+    for n in [1, 15, 16, 17, 4097, 100003]:
+        g = rng.normal(0, 0.6, n).astype(np.float32)
+        g[: min(n, 4)] = [T, -T, 0.0, -0.0][: min(n, 4)]
+        mres, mpacked = mx.nd.zeros(n), mx.nd.zeros(q.compressed_size(n))
+        ours_res, ours_packed = np.zeros(n, np.float32), np.zeros(codec.packed_size(n), np.uint32)
+        for _ in range(3):  # residual carried across steps
+            q.quantize(mx.nd.array(g), mpacked, mres)
+            codec.quantize(g, ours_res, ours_packed, T)
+            np.testing.assert_array_equal(ours_packed, mpacked.asnumpy().view(np.uint32))
+            np.testing.assert_array_equal(bits(ours_res), bits(mres.asnumpy()))
+        mout, ours_out = mx.nd.zeros(n), np.zeros(n, np.float32)
+        q.dequantize(mpacked, mout)
+        codec.dequantize(ours_packed, ours_out, T)
+        np.testing.assert_array_equal(bits(ours_out), bits(mout.asnumpy()))
+
+
+def test_kernels_release_the_gil():
+    n = 1 << 25
+    g = np.ones(n, np.float32)
+    r = np.zeros(n, np.float32)
+    p = np.zeros(codec.packed_size(n), np.uint32)
+    done = threading.Event()
+    ticks = 0
+
+    def work():
+        for _ in range(3):
+            codec.quantize(g, r, p, T, threads=1)
+        done.set()
+
+    th = threading.Thread(target=work)
+    th.start()
+    time.sleep(0.005)
+    while not done.is_set():
+        ticks += 1
+    th.join()
+    # holding the GIL for each ~30 ms kernel would leave this loop a handful of turns at most
+    assert ticks > 1000
+
+
+# ---- bad input: one clear error naming the argument --------------------------------------
+
+def _args(n=32):
+    return np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(codec.packed_size(n), np.uint32)
+
+
+def test_wrong_dtype_names_the_argument():
+    g, r, p = _args()
+    with pytest.raises(TypeError, match="grad must be float32"):
+        codec.quantize(g.astype(np.float64), r, p, T)
+    with pytest.raises(TypeError, match="residual must be float32"):
+        codec.quantize(g, r.astype(np.float16), p, T)
+    with pytest.raises(TypeError, match="packed must be a 4-byte array"):
+        codec.quantize(g, r, p.astype(np.uint16), T)
+    with pytest.raises(TypeError, match="out must be float32"):
+        codec.dequantize(p, np.zeros(32, np.int32), T)
+    with pytest.raises(TypeError, match="grad must be an MXNet NDArray, a numpy array"):
+        codec.quantize([0.0] * 32, r, p, T)
+
+
+def test_wrong_size_names_the_argument():
+    g, r, p = _args()
+    with pytest.raises(ValueError, match=r"residual has 31 elements \(31,\), expected 32"):
+        codec.quantize(g, r[:31], p, T)
+    with pytest.raises(ValueError, match=r"packed has 3 elements .*expected 2 \(ceil\(grad.size / 16\)\)"):
+        codec.quantize(g, r, np.zeros(3, np.uint32), T)
+    with pytest.raises(ValueError, match="packed has 1 elements"):
+        codec.dequantize(p[:1], np.zeros(32, np.float32), T)
+    with pytest.raises(ValueError, match="wire has 3 elements"):
+        codec.wire_encode(p, np.zeros(3, np.float32))
+
+
+def test_wrong_shape_layout_and_aliasing_are_refused():
+    g = np.zeros((8, 8), np.float32)
+    with pytest.raises(ValueError, match="grad must be contiguous"):
+        codec.quantize(g[:, ::2], np.zeros(32, np.float32), np.zeros(2, np.uint32), T)
+    r = np.zeros(32, np.float32)
+    with pytest.raises(ValueError, match="grad and residual must not share memory"):
+        codec.quantize(r, r, np.zeros(2, np.uint32), T)
+    ro = np.zeros(32, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="residual must be a writable buffer"):
+        codec.quantize(np.zeros(32, np.float32), ro, np.zeros(2, np.uint32), T)
+    # any shape with the right number of elements is fine: kernels see flat memory
+    packed, _, _ = run_quantize(np.ones((4, 8), np.float32), np.zeros((4, 8), np.float32))
+    assert packed.shape == (2,)
+
+
+@pytest.mark.parametrize("threshold", [0.0, -0.5, float("nan"), float("inf")])
+def test_bad_threshold(threshold):
+    g, r, p = _args()
+    with pytest.raises(ValueError, match="threshold must be a finite number > 0"):
+        codec.quantize(g, r, p, threshold)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
+def test_bad_threads(threads):
+    g, r, p = _args()
+    with pytest.raises(ValueError, match="threads must be an integer >= 1 or None"):
+        codec.quantize(g, r, p, T, threads=threads)
+
+
+def test_default_thread_count_is_settable():
+    before = codec.get_num_threads()
+    try:
+        codec.set_num_threads(2)
+        assert codec.get_num_threads() == 2
+    finally:
+        codec.set_num_threads(before)
+
+
+def test_ndarray_sparse_is_refused():
+    mx = pytest.importorskip("mxnet")
+    rs = mx.nd.zeros((4, 8), stype="row_sparse")
+    with pytest.raises(TypeError, match="only dense NDArrays"):
+        codec.quantize(rs, mx.nd.zeros(32), mx.nd.zeros(2), T)
