@@ -1,0 +1,411 @@
+"""The CD-SGD KVStore plugin: the paper's buffers, the compressed push, k-step correction and
+the one-step delayed local update, over one native dist_sync kvstore per worker.
+
+    kv = mx.kv.create('cdsgd')            # defaults: cdsgd on dist_sync, see CDSGD.__init__
+    kv = cdsgd_mx.CDSGD(algorithm='odsgd', kvstore='local')
+
+Per parameter (names from the paper, Fig. 4):
+- comm_buf: the gradient g(t) handed to the communication thread, then overwritten by the
+  pulled global weight W(t+1) (one buffer serves both, as in the paper);
+- sml_buf:  the 2-bit codes of g(t) + residual, per chunk (MXNet's packed layout);
+- loc_buf:  the weights the next forward/backward reads: the parameter's own data array;
+- residual: the error-feedback memory of the quantizer, changed only on compressed steps.
+
+One step t of pushpull(key, grad, out=loc_buf) (Algorithm 1, per parameter):
+  synchronous steps (warm-up before n-1, ssgd, bitsgd): push g(t) (fp32 or codes), pull W(t+1)
+      into loc_buf; the call returns once the pull is issued (the engine orders the next
+      forward after it).
+  delayed steps (odsgd/cdsgd from step n-1 on):
+      1. wait until W(t), the previous round's pull, is issued into comm_buf;
+      2. loc_buf = W(t), then the local optimizer steps it with g(t)  -> x(t+1)   (eq. 11)
+      3. comm_buf = g(t); hand round t (quantize?, push, pull W(t+1) into comm_buf) to the
+         communication thread and return: forward/backward of t+1 runs meanwhile.
+"""
+import json
+import os
+
+import mxnet as mx
+import numpy as np
+from mxnet.kvstore import KVStoreBase
+
+from . import codec, protocol
+from .comm import Communicator
+from .schedule import ALGORITHMS, COMPRESSING, Schedule
+from .server import COMMAND_PREFIX, ServerState
+from .trace import Tracer
+
+KVSTORE_TYPES = ("dist_sync", "local")
+
+
+class ConfigError(ValueError):
+    """A bad argument: the message names it and the allowed values."""
+
+
+def check_config(algorithm, k, warmup_steps, threshold, kvstore):
+    if algorithm not in ALGORITHMS:
+        raise ConfigError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ConfigError("k must be an integer >= 1, got %r" % (k,))
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
+        raise ConfigError("warmup_steps must be an integer >= 0, got %r" % (warmup_steps,))
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
+            or not np.isfinite(threshold) or threshold <= 0:
+        raise ConfigError("threshold must be a finite number > 0, got %r" % (threshold,))
+    if kvstore is not None and kvstore not in KVSTORE_TYPES:
+        raise ConfigError("kvstore must be one of %s or None, got %r" % (", ".join(KVSTORE_TYPES), kvstore))
+
+
+def _wait_to_write(arr):
+    """Block until every engine op on arr is done; for a pushed array: until the server
+    acknowledged the push, which it does only after the update ran."""
+    mx.base.check_call(mx.base._LIB.MXNDArrayWaitToWrite(arr.handle))
+
+
+# ---- backends: the native parameter server, or an in-process server for kvstore='local' -----
+
+class DistBackend:
+    def __init__(self, name):
+        self.kv = mx.kv.create(name)
+        self.rank = self.kv.rank
+        self.num_workers = self.kv.num_workers
+        self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
+
+    def set_optimizer(self, optimizer):
+        self.kv.set_optimizer(optimizer)
+
+    def init(self, key, value):
+        self.kv.init(key, value)
+
+    def init_payload(self, key, words):
+        # the server takes a row_sparse key's shape from its init value: store every row
+        n = self.num_workers
+        self.kv.init(key, mx.nd.sparse.row_sparse_array(
+            (mx.nd.ones((n, words)), mx.nd.arange(n, dtype="int64")), shape=(n, words)))
+
+    def command(self, msg):
+        if self.rank == 0:
+            self.kv._send_command_to_servers(0, COMMAND_PREFIX + json.dumps(msg))
+        self.kv._barrier()
+
+    def register(self, chunks, threshold):
+        """Tell the servers which payload key decodes into which weight, then run the
+        registration round: a zero push to every weight key, which the server only records."""
+        self.command({"op": "register", "weights": [c.weight_key for c in chunks],
+                      "payloads": {str(c.payload_key): [c.weight_key, c.size, threshold] for c in chunks}})
+        zeros = [mx.nd.zeros((c.size,)) for c in chunks]
+        for c, z in zip(chunks, zeros):
+            self.kv.push(c.weight_key, z)
+        for z in zeros:
+            _wait_to_write(z)
+        self.kv._barrier()
+
+    def push(self, key, value):
+        self.kv.push(key, value)
+
+    def push_payload(self, key, wire_row):
+        """wire_row: numpy float32 [words]: this worker's row of the payload key."""
+        rsp = mx.nd.sparse.row_sparse_array(
+            (wire_row.reshape(1, -1), np.array([self.rank], np.int64)), shape=(self.num_workers, wire_row.size))
+        self.kv.push(key, rsp)
+        return rsp
+
+    def pull(self, key, out):
+        self.kv.pull(key, out=out)
+
+    def set_learning_rate(self, lr):
+        self.command({"op": "set_lr", "lr": lr})
+
+
+class LocalBackend:
+    """kvstore='local' or None: the same semantics with one worker and the server in process."""
+
+    rank = 0
+    num_workers = 1
+    num_servers = 1
+
+    def __init__(self):
+        self.server = ServerState()
+        self.store = {}
+
+    def set_optimizer(self, optimizer):
+        self.server.set_optimizer(optimizer)
+
+    def init(self, key, value):
+        self.store[key] = value.copy()
+
+    def init_payload(self, key, words):
+        pass
+
+    def register(self, chunks, threshold):
+        self.server.command(json.dumps({"op": "register", "weights": [], "payloads": {
+            str(c.payload_key): [c.weight_key, c.size, threshold] for c in chunks}}))
+        for c in chunks:
+            self.server.weights[c.weight_key] = self.store[c.weight_key]
+
+    def push(self, key, value):
+        self.server(key, value.copy(), self.store[key])
+
+    def push_payload(self, key, wire_row):
+        rsp = mx.nd.sparse.row_sparse_array((wire_row.reshape(1, -1), np.array([0], np.int64)),
+                                            shape=(1, wire_row.size))
+        self.server(key, rsp, None)
+        return rsp
+
+    def pull(self, key, out):
+        self.store[key].copyto(out)
+
+    def set_learning_rate(self, lr):
+        self.server.optimizer.set_learning_rate(lr)
+
+
+# ---- per-parameter state -------------------------------------------------------------------
+
+class ParamState:
+    def __init__(self, index, shape, chunks, compressing):
+        self.index = index
+        self.shape = shape
+        self.size = int(np.prod(shape))
+        self.chunks = chunks
+        self.t = 0                                   # this parameter's step counter
+        self.comm_buf = mx.nd.zeros(shape)
+        self.residual = mx.nd.zeros((self.size,)) if compressing else None
+        self.sml_buf = [np.zeros(c.words, np.uint32) for c in chunks] if compressing else None
+        self.wire = [np.zeros(c.words, np.float32) for c in chunks] if compressing else None
+        self.in_flight = None                        # the round whose pull brings W(t)
+
+
+def _flat(arr):
+    return arr.reshape((-1,))
+
+
+@KVStoreBase.register
+class CDSGD(KVStoreBase):
+    """KVStore running S-SGD, BIT-SGD, OD-SGD or CD-SGD on MXNet's parameter server.
+
+    algorithm: 'ssgd' | 'bitsgd' | 'odsgd' | 'cdsgd' (default 'cdsgd')
+    k: k-step correction period of cdsgd: every k-th step after warm-up pushes fp32 (default 5)
+    warmup_steps: steps of plain S-SGD first (default 0 here; the Trainer documents its own)
+    threshold: 2-bit quantization threshold (default 0.5, MXNet's default)
+    kvstore: 'dist_sync' (the parameter server; default) or 'local' / None (one process)
+    local_optimizer, local_optimizer_params: the optimizer of the local update (default plain
+        'sgd' with the global learning rate; eq. 11 of the paper)
+    trace: path of a chrome-trace JSON file written by save_trace() (None: no tracing)
+    """
+
+    def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
+                 local_optimizer="sgd", local_optimizer_params=None, trace=None):
+        check_config(algorithm, k, warmup_steps, threshold, kvstore)
+        self.algorithm = algorithm
+        self.k = int(k)
+        self.warmup_steps = int(warmup_steps)
+        self.threshold = float(threshold)
+        self.schedule = Schedule(algorithm, self.warmup_steps, self.k)
+        self._backend = DistBackend(kvstore) if kvstore == "dist_sync" else LocalBackend()
+        self._type = "cdsgd_" + (kvstore or "local")
+        self._local_name = local_optimizer
+        self._local_params = dict(local_optimizer_params or {})
+        self._optimizer = None
+        self._local_updater = None
+        self._params = {}
+        self._planner_sizes = []
+        self._layout = None
+        self._registered = set()     # weight keys whose payload key the servers know
+        self._comm = Communicator()
+        self.tracer = Tracer(trace, pid=self._backend.rank)
+        self.bytes_pushed = 0        # all pushes of this worker since creation
+        self.bytes_by_step = {}      # step -> bytes pushed by this worker at that step
+        self.driven_by_trainer = False
+
+    # ---- KVStoreBase API -------------------------------------------------------------------
+    @property
+    def type(self):
+        return self._type
+
+    @property
+    def rank(self):
+        return self._backend.rank
+
+    @property
+    def num_workers(self):
+        return self._backend.num_workers
+
+    @staticmethod
+    def is_capable(capability):
+        return capability.lower() == KVStoreBase.OPTIMIZER
+
+    def set_optimizer(self, optimizer):
+        """The global optimizer (runs on the servers); also builds the local optimizer with
+        the same rescale_grad (gluon sets it to 1/batch_size before calling this)."""
+        self._optimizer = optimizer
+        self._backend.set_optimizer(optimizer)
+        params = {"learning_rate": optimizer.learning_rate}
+        params.update(self._local_params)
+        params["rescale_grad"] = optimizer.rescale_grad
+        self._local_optimizer = mx.optimizer.create(self._local_name, **params)
+        self._local_updater = mx.optimizer.get_updater(self._local_optimizer)
+
+    def broadcast(self, key, value, out, priority=0):
+        """Initializes the parameter on the servers from rank 0's value and pulls it to out."""
+        value, out = _single(value, "value"), _single(out, "out")
+        if value.dtype != np.float32:
+            raise TypeError("parameter %s: only float32 parameters are supported, got %s" % (key, np.dtype(value.dtype).name))
+        if value.stype != "default":
+            raise TypeError("parameter %s: only dense (default stype) parameters are supported, got %s" % (key, value.stype))
+        if key in self._params:
+            raise ValueError("parameter %s was already initialized" % key)
+        self._planner_sizes.append(int(np.prod(value.shape)))
+        layout = protocol.plan(self._planner_sizes, self.num_workers, self._backend.num_servers)
+        chunks = layout.of_param(len(self._planner_sizes) - 1)
+        self._layout = layout
+        state = ParamState(key, value.shape, chunks, self.algorithm in COMPRESSING)
+        self._params[key] = state
+        flat = _flat(value)
+        for c in chunks:
+            self._backend.init(c.weight_key, flat[c.begin:c.end])
+            if self.algorithm in COMPRESSING:
+                self._backend.init_payload(c.payload_key, c.words)
+        out_flat = _flat(out)
+        for c in chunks:
+            self._backend.pull(c.weight_key, out_flat[c.begin:c.end])
+        out.wait_to_read()
+
+    def pushpull(self, key, value, out=None, priority=0):
+        grad = _single(value, "value")
+        if out is None:
+            raise ValueError("pushpull needs out= (the parameter's weights): the optimizer runs on the servers")
+        loc_buf = _single(out, "out")
+        state = self._params.get(key)
+        if state is None:
+            raise KeyError("parameter %s was not initialized with broadcast()" % key)
+        if self._optimizer is None:
+            raise RuntimeError("set_optimizer() must be called before pushpull()")
+        self._ensure_registered()
+        t = state.t
+        state.t += 1
+        if self.schedule.delayed(t):
+            self._delayed_step(state, t, grad, loc_buf)
+        else:
+            self._sync_step(state, t, grad, loc_buf)
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        raise NotImplementedError("save/load of cdsgd states is not available yet")
+
+    def load_optimizer_states(self, fname):
+        raise NotImplementedError("save/load of cdsgd states is not available yet")
+
+    # ---- the algorithm ---------------------------------------------------------------------
+    def _ensure_registered(self):
+        """Pair every new payload key with its weight on the servers (once per chunk)."""
+        new = [c for s in self._params.values() for c in s.chunks if c.weight_key not in self._registered]
+        if new and self.algorithm in COMPRESSING:
+            self._backend.register(new, self.threshold)
+        self._registered.update(c.weight_key for c in new)
+
+    def _sync_step(self, state, t, grad, loc_buf):
+        """x(t+1) = W(t+1): push g(t), pull the new global weight into loc_buf."""
+        if state.in_flight is not None:  # cannot happen with the schedules above; kept safe
+            self._comm.wait(state.in_flight)
+        job = self._comm.submit(lambda: self._round(state, t, _flat(grad), _flat(loc_buf)),
+                                "step %d of parameter %s" % (t, state.index))
+        if not self.driven_by_trainer:
+            self._comm.wait(job)  # the Trainer waits once per step instead (finish_step)
+
+    def _delayed_step(self, state, t, grad, loc_buf):
+        """x(t+1) = W(t) - local step with g(t); round t goes on in the background."""
+        with self.tracer.span("wait W(t)", param=state.index, step=t):
+            if state.in_flight is not None:
+                self._comm.wait(state.in_flight)   # W(t) is (being) pulled into comm_buf
+                loc_buf[:] = state.comm_buf         # engine orders this after that pull
+            # else: the previous step was synchronous, loc_buf already holds W(t)
+        with self.tracer.span("local update", param=state.index, step=t):
+            self._local_updater(state.index, grad, loc_buf)   # eq. 11
+            grad.copyto(state.comm_buf)                       # comm_buf = g(t)
+        comm_flat = _flat(state.comm_buf)
+        state.in_flight = self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat),
+                                            "step %d of parameter %s" % (t, state.index))
+
+    def _round(self, state, t, grad_flat, pull_flat):
+        """Communication thread: push g(t) (codes or fp32) chunk by chunk, pull W(t+1)."""
+        compressed = self.schedule.compressed(t)
+        pushed = 0
+        pending = []
+        for i, c in enumerate(state.chunks):
+            if compressed:
+                with self.tracer.span("quantize", param=state.index, step=t):
+                    bad = codec.quantize(grad_flat[c.begin:c.end], state.residual[c.begin:c.end],
+                                         state.sml_buf[i], self.threshold)
+                    if bad:
+                        raise FloatingPointError("non-finite gradient in parameter %s at step %d (%d values)"
+                                                 % (state.index, t, bad))
+                    codec.wire_encode(state.sml_buf[i], state.wire[i])
+                with self.tracer.span("push codes", param=state.index, step=t):
+                    pending.append(self._backend.push_payload(c.payload_key, state.wire[i]))
+                pushed += state.wire[i].nbytes + 8  # + the row index
+            else:
+                with self.tracer.span("push fp32", param=state.index, step=t):
+                    self._backend.push(c.weight_key, grad_flat[c.begin:c.end])
+                pushed += 4 * c.size
+        # a pull of the weight key is not ordered after a push to the payload key: wait for the
+        # servers' acknowledgements (sent after their update) before pulling
+        with self.tracer.span("wait push", param=state.index, step=t):
+            for rsp in pending:
+                _wait_to_write(rsp)
+        with self.tracer.span("pull", param=state.index, step=t):
+            for c in state.chunks:
+                self._backend.pull(c.weight_key, pull_flat[c.begin:c.end])
+            if self.tracer.enabled:
+                pull_flat.wait_to_read()
+        self.bytes_pushed += pushed
+        self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
+
+    # ---- helpers for the Trainer -------------------------------------------------------------
+    def finish_step(self):
+        """Wait until every synchronous round submitted so far has issued its pull."""
+        self._comm.drain()
+
+    def wait_all(self):
+        """Wait for every round in flight (e.g. before reading global weights or saving)."""
+        self._comm.drain()
+        for s in self._params.values():
+            s.comm_buf.wait_to_read()
+        mx.nd.waitall()
+
+    def set_learning_rate(self, lr, local_lr=None):
+        """Global learning rate on the servers (after rounds in flight finish) and the local
+        one: local_lr, or scaled by the same factor as the global one."""
+        self.wait_all()
+        old = self._optimizer.learning_rate
+        self._optimizer.set_learning_rate(lr)
+        self._backend.set_learning_rate(lr)
+        if self._local_optimizer is not None:
+            if local_lr is None:
+                local_lr = self._local_optimizer.learning_rate * (lr / old if old else 1.0)
+            self._local_optimizer.set_learning_rate(local_lr)
+
+    @property
+    def local_learning_rate(self):
+        return self._local_optimizer.learning_rate if self._local_optimizer else None
+
+    def global_weights(self, key):
+        """W: the current global weight of parameter `key`, pulled from the servers."""
+        self.wait_all()
+        state = self._params[key]
+        out = mx.nd.zeros(state.shape)
+        for c in state.chunks:
+            self._backend.pull(c.weight_key, _flat(out)[c.begin:c.end])
+        out.wait_to_read()
+        return out
+
+    def save_trace(self):
+        return self.tracer.save()
+
+    def close(self):
+        self._comm.close()
+
+
+def _single(arrays, name):
+    if isinstance(arrays, (list, tuple)):
+        if len(arrays) != 1:
+            raise ValueError("%s: cdsgd supports one device per worker, got %d arrays" % (name, len(arrays)))
+        return arrays[0]
+    return arrays

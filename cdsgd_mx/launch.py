@@ -1,0 +1,212 @@
+"""Start a parameter-server job on this machine: scheduler, servers and workers.
+
+    python -m cdsgd_mx.launch -n WORKERS -s SERVERS [--bandwidth RATE] [--latency MS]
+        [--timeout SEC] [--host ADDR] [--port PORT] -- COMMAND...
+
+Every line a process prints is prefixed with its role and launch index ("worker 1 | ...";
+MXNet assigns worker ranks itself, in connection order, so a worker's rank can differ from its
+launch index: the Trainer logs its rank). The launcher returns non-zero when any process fails
+or the timeout passes, and kills every process it started on exit, timeout or Ctrl-C.
+
+--bandwidth / --latency run the whole job in a private network namespace whose loopback is
+shaped with tc (needs root or user namespaces): one shared link, which models a parameter
+server's NIC. Everything binds to loopback (127.0.0.1) unless --host says otherwise.
+For a real cluster use MXNet's tools/launch.py (ssh); see docs/usage.md.
+"""
+import argparse
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+EXIT_TIMEOUT = 124
+RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
+
+
+def free_port(host):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    """The processes of one job, their output pumps, and their end."""
+
+    def __init__(self):
+        self.procs = []  # (label, Popen)
+        self.pumps = []
+        self.lock = threading.Lock()
+        self.first_failure = None
+
+    def start(self, label, cmd, env):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append((label, proc))
+        pump = threading.Thread(target=self._pump, args=(label, proc), daemon=True)
+        pump.start()
+        self.pumps.append(pump)
+
+    def _pump(self, label, proc):
+        for raw in iter(proc.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            with self.lock:
+                sys.stdout.write("%s | %s\n" % (label, line))
+                sys.stdout.flush()
+
+    def say(self, msg):
+        with self.lock:
+            sys.stdout.write("launch | %s\n" % msg)
+            sys.stdout.flush()
+
+    def kill_all(self, grace=3.0):
+        for _, p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + grace
+        for _, p in self.procs:
+            try:
+                p.wait(max(0.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+        for _, p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # the group too: children of children
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+        for t in self.pumps:
+            t.join(timeout=1.0)
+
+
+def run_job(args):
+    host = args.host
+    port = args.port or free_port(host)
+    base = dict(os.environ)
+    base.update({
+        "DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": str(port),
+        "DMLC_NUM_SERVER": str(args.num_servers), "DMLC_NUM_WORKER": str(args.num_workers),
+        "DMLC_NODE_HOST": host, "PYTHONUNBUFFERED": "1",
+    })
+    if host.startswith("127.") or host == "localhost":
+        base.setdefault("DMLC_INTERFACE", "lo")
+    job = Job()
+    workers = []
+    py = sys.executable
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        node = [py, "-m", "cdsgd_mx.server"] + (["--stock"] if args.stock_server else [])
+        job.start("scheduler", node, dict(base, DMLC_ROLE="scheduler"))
+        for i in range(args.num_servers):
+            job.start("server %d" % i, node, dict(base, DMLC_ROLE="server", CDSGD_LAUNCH_INDEX=str(i)))
+        for i in range(args.num_workers):
+            job.start("worker %d" % i, args.command, dict(base, DMLC_ROLE="worker", CDSGD_LAUNCH_INDEX=str(i)))
+            workers.append(job.procs[-1])
+        deadline = time.time() + args.timeout if args.timeout else None
+        while True:
+            failed = [(l, p.returncode) for l, p in job.procs if p.poll() is not None and p.returncode != 0]
+            if failed:
+                label, code = failed[0]
+                job.say("%s exited with code %s; stopping the job" % (label, code))
+                return code if code and code > 0 else 1
+            if all(p.poll() is not None for _, p in workers):
+                # workers done: scheduler and servers end once rank 0's kvstore is gone
+                end = time.time() + 15
+                while time.time() < end and any(p.poll() is None for _, p in job.procs):
+                    time.sleep(0.05)
+                failed = [(l, p.returncode) for l, p in job.procs if p.returncode not in (0, None)]
+                if failed:
+                    job.say("%s exited with code %s" % failed[0])
+                    return 1
+                return 0
+            if deadline and time.time() > deadline:
+                job.say("timeout after %gs; stopping the job" % args.timeout)
+                return EXIT_TIMEOUT
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        job.say("interrupted; stopping the job")
+        return 130
+    finally:
+        job.kill_all()
+
+
+def netns_prelude(args):
+    """Shell lines that shape the private namespace's loopback."""
+    lines = ["set -e", "ip link set lo mtu 9000", "ip link set lo up"]
+    if args.bandwidth and args.latency:
+        lines.append("tc qdisc add dev lo root netem delay %gms rate %s limit 100000" % (args.latency, args.bandwidth))
+    elif args.bandwidth:
+        lines.append("tc qdisc add dev lo root tbf rate %s burst 1mb latency 100ms" % args.bandwidth)
+    elif args.latency:
+        lines.append("tc qdisc add dev lo root netem delay %gms limit 100000" % args.latency)
+    return "\n".join(lines)
+
+
+def reexec_in_netns(args, argv):
+    """Run this launcher again inside `unshare -n` with a shaped loopback."""
+    import shutil
+    for tool in ("unshare", "ip", "tc"):
+        if shutil.which(tool) is None:
+            sys.exit("launch: --bandwidth/--latency need '%s' (util-linux / iproute2)" % tool)
+    inner = [sys.executable, "-m", "cdsgd_mx.launch"] + argv
+    script = netns_prelude(args) + "\nexec " + " ".join(shlex.quote(a) for a in inner)
+    env = dict(os.environ, CDSGD_IN_NETNS="1")
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+    if probe.returncode != 0:
+        sys.exit("launch: cannot create a network namespace (needs root or user namespaces): %s"
+                 % probe.stderr.decode().strip())
+    return subprocess.call(["unshare", "-n", "bash", "-c", script], env=env)
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m cdsgd_mx.launch", description=__doc__.split("\n\n")[0],
+                                 usage="%(prog)s -n WORKERS -s SERVERS [options] -- COMMAND...")
+    ap.add_argument("-n", "--num-workers", type=int, required=True)
+    ap.add_argument("-s", "--num-servers", type=int, required=True)
+    ap.add_argument("--bandwidth", help="shape loopback to RATE, tc syntax: 100mbit, 1gbit, 10gbit")
+    ap.add_argument("--latency", type=float, help="add MS milliseconds of delay on loopback")
+    ap.add_argument("--timeout", type=float, default=0, help="kill the job after SEC seconds (0: none)")
+    ap.add_argument("--host", default="127.0.0.1", help="address the job binds to (default %(default)s)")
+    ap.add_argument("--port", type=int, default=0, help="scheduler port (default: a free one)")
+    ap.add_argument("--stock-server", action="store_true",
+                    help="run MXNet's unmodified server (no cdsgd payload decoding): for comparisons")
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        ap.error("no COMMAND given after --")
+    if args.num_workers < 1:
+        ap.error("-n/--num-workers must be >= 1, got %d" % args.num_workers)
+    if args.num_servers < 1:
+        ap.error("-s/--num-servers must be >= 1, got %d" % args.num_servers)
+    if args.bandwidth and not RATE_RE.match(args.bandwidth):
+        ap.error("--bandwidth must be a tc rate such as 100mbit, 1gbit or 10gbit, got %r" % args.bandwidth)
+    if args.latency is not None and not args.latency >= 0:
+        ap.error("--latency must be >= 0 milliseconds, got %r" % args.latency)
+    if args.timeout < 0:
+        ap.error("--timeout must be >= 0 seconds, got %r" % args.timeout)
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    if (args.bandwidth or args.latency) and not os.environ.get("CDSGD_IN_NETNS"):
+        return reexec_in_netns(args, argv)
+    return run_job(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Server side of the protocol: decode payloads, run the global optimizer, never fail silently.
+
+Run as `python -m cdsgd_mx.server` with DMLC_ROLE=server (or scheduler): the launcher does this.
+The entry imports MXNet as a worker would (so MXNet's own server loop does not start on import),
+then runs the server loop itself with two changes to stock behaviour:
+
+- The updater is a ServerState: every weight key is updated by the global optimizer the workers
+  sent (`kv.set_optimizer`, pickled as usual), with one optimizer state per weight key whichever
+  path the gradient took. A payload key carries 2-bit codes (ternary16 rows, one per worker);
+  its update decodes each row, sums them and applies the global optimizer to the paired weight.
+- Any exception in an update or a command is printed with its traceback and ends the server
+  process (exit code 70), so the launcher sees it and brings the job down, instead of MXNet's
+  silent swallow and a hung job.
+
+Commands (sent by worker rank 0 as MXNet controller commands, id 0): "cdsgd:" + JSON.
+  {"op": "register", "payloads": {pk: [wk, n, threshold]}, "weights": [wk...]}
+      the next update of each listed weight key only records the weight (registration round)
+  {"op": "set_lr", "lr": float}   the global optimizer's learning rate from now on
+"""
+import json
+import os
+import sys
+import traceback
+
+COMMAND_PREFIX = "cdsgd:"
+CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
+EXIT_SERVER_ERROR = 70
+
+
+def die(context):
+    """Print the current exception and end this process at once (no Python cleanup that could
+    block in ps-lite)."""
+    sys.stderr.write("cdsgd_mx server error in %s:\n%s" % (context, traceback.format_exc()))
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(EXIT_SERVER_ERROR)
+
+
+class ServerState:
+    """Global weights' optimizer on one server (or in process for kvstore='local')."""
+
+    def __init__(self):
+        self.optimizer = None
+        self.states = {}          # weight key -> optimizer state
+        self.weights = {}         # weight key -> the server's stored weight (shared memory)
+        self.payloads = {}        # payload key -> (weight key, n, threshold)
+        self.to_register = set()  # weight keys whose next update only records the weight
+        self._scratch = {}        # payload key -> (packed words, decoded sum) buffers
+
+    # -- configuration ------------------------------------------------------------------
+    def set_optimizer(self, optimizer):
+        self.optimizer = optimizer
+
+    def command(self, body):
+        msg = json.loads(body)
+        if msg["op"] == "register":
+            for pk, (wk, n, threshold) in msg["payloads"].items():
+                self.payloads[int(pk)] = (int(wk), int(n), float(threshold))
+            self.to_register.update(int(k) for k in msg["weights"])
+        elif msg["op"] == "set_lr":
+            self.optimizer.set_learning_rate(float(msg["lr"]))
+        else:
+            raise ValueError("unknown cdsgd command %r" % (msg["op"],))
+
+    # -- updates --------------------------------------------------------------------------
+    def __call__(self, key, grad, weight):
+        """MXNet's updater signature: (key, merged gradient, stored value)."""
+        key = int(key)
+        if key in self.payloads:
+            self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
+            return
+        if key in self.to_register:
+            self.to_register.discard(key)
+            self.weights[key] = weight  # registration round: record only, weight unchanged
+        else:
+            self.apply_gradient(key, weight, grad)
+        weight.wait_to_read()  # pulls read the store without waiting for the engine
+
+    def apply_gradient(self, wk, weight, grad):
+        if self.optimizer is None:
+            raise RuntimeError("no optimizer was set on the server (kv.set_optimizer) before key %d was pushed" % wk)
+        if wk not in self.states:
+            self.states[wk] = self.optimizer.create_state_multi_precision(wk, weight)
+        self.optimizer.update_multi_precision(wk, weight, grad, self.states[wk])
+        weight.wait_to_read()
+
+    def apply_payload(self, pk, rows, row_ids):
+        """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""
+        from mxnet import ndarray as nd  # mx.nd is not bound yet while a server imports
+        import numpy as np
+        from . import codec
+        wk, n, threshold = self.payloads[pk]
+        if wk not in self.weights:
+            raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
+        weight = self.weights[wk]
+        if pk not in self._scratch:
+            self._scratch[pk] = (np.zeros(codec.packed_size(n), np.uint32), nd.zeros((n,), ctx=weight.context))
+        packed, grad = self._scratch[pk]
+        wire = rows.asnumpy()
+        if wire.shape[1] != packed.size:
+            raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], packed.size))
+        grad[:] = 0
+        for r in range(wire.shape[0]):
+            codec.wire_decode(wire[r], packed)
+            codec.dequantize(packed, grad, threshold, accumulate=True)
+        self.apply_gradient(wk, weight, grad.reshape(weight.shape))
+
+
+def _controller(state, kv):
+    import pickle
+    installed = []
+
+    def controller(cmd_id, cmd_body, _):
+        try:
+            if not installed:  # MXNet's server object exists only once its loop runs
+                kv._set_updater(_updater(state))
+                installed.append(True)
+            body = cmd_body.decode() if isinstance(cmd_body, bytes) else cmd_body
+            if body.startswith(COMMAND_PREFIX):
+                state.command(body[len(COMMAND_PREFIX):])
+            elif cmd_id == CONTROLLER_COMMAND_ID:
+                state.set_optimizer(pickle.loads(cmd_body if isinstance(cmd_body, bytes) else cmd_body.encode("latin1")))
+            else:
+                raise ValueError("unknown server command %d" % cmd_id)
+        except BaseException:
+            die("command %d" % cmd_id)
+    return controller
+
+
+def _updater(state):
+    def updater(key, grad, weight):
+        try:
+            state(key, grad, weight)
+        except BaseException:
+            die("update of key %s" % key)
+    return updater
+
+
+def run_node():
+    """Scheduler or server: run MXNet's node loop with our updater and controller."""
+    import ctypes
+    role = os.environ.get("DMLC_ROLE", "")
+    if role not in ("server", "scheduler"):
+        sys.exit("python -m cdsgd_mx.server runs a scheduler or server: set DMLC_ROLE=server|scheduler (got %r)" % role)
+    os.environ["DMLC_ROLE"] = "worker"  # importing mxnet as a server would start the stock loop
+    import mxnet as mx
+    from mxnet.base import _LIB, check_call
+    os.environ["DMLC_ROLE"] = role
+    kv = mx.kv.create("dist")
+    state = ServerState()
+    proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+    ctrl = proto(_controller(state, kv))
+    check_call(_LIB.MXKVStoreRunServer(kv.handle, ctrl, None))
+
+
+if __name__ == "__main__":
+    if "--stock" in sys.argv[1:]:
+        import mxnet  # noqa: F401  (MXNet's own server loop runs on import)
+    else:
+        run_node()

@@ -1,0 +1,60 @@
+"""Chrome-trace timeline of a worker (chrome://tracing or https://ui.perfetto.dev), like the
+paper's Fig. 5: the main thread's forward/backward and step, the communication thread's
+quantize, push and pull, so that overlap (or its absence) is visible."""
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+
+
+class Tracer:
+    def __init__(self, path=None, pid=0):
+        self.path = path
+        self.pid = pid
+        self.events = []
+        self._lock = threading.Lock()
+        self._t0 = time.perf_counter()
+        self._tids = {}
+
+    @property
+    def enabled(self):
+        return self.path is not None
+
+    def _tid(self):
+        name = threading.current_thread().name
+        with self._lock:
+            return self._tids.setdefault(name, len(self._tids))
+
+    def now_us(self):
+        return (time.perf_counter() - self._t0) * 1e6
+
+    def add(self, name, start_us, end_us, **args):
+        if not self.enabled:
+            return
+        ev = {"name": name, "ph": "X", "ts": start_us, "dur": max(0.0, end_us - start_us),
+              "pid": self.pid, "tid": self._tid(), "args": args}
+        with self._lock:
+            self.events.append(ev)
+
+    @contextmanager
+    def span(self, name, **args):
+        if not self.enabled:
+            yield
+            return
+        start = self.now_us()
+        try:
+            yield
+        finally:
+            self.add(name, start, self.now_us(), **args)
+
+    def save(self):
+        if not self.enabled:
+            return None
+        meta = [{"name": "thread_name", "ph": "M", "pid": self.pid, "tid": tid, "args": {"name": name}}
+                for name, tid in self._tids.items()]
+        meta.append({"name": "process_name", "ph": "M", "pid": self.pid, "args": {"name": "worker %d" % self.pid}})
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        with open(self.path, "w") as f:
+            json.dump({"traceEvents": meta + self.events, "displayTimeUnit": "ms"}, f)
+        return self.path

@@ -1,0 +1,90 @@
+"""cdsgd_mx.Trainer: a drop-in for gluon.Trainer that runs S-SGD, BIT-SGD, OD-SGD or CD-SGD.
+
+    trainer = cdsgd_mx.Trainer(net.collect_params(), 'sgd',
+                               {'learning_rate': 0.1, 'momentum': 0.9, 'wd': 1e-4},
+                               algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5,
+                               local_optimizer_params={'learning_rate': 0.4})
+    ... loss.backward(); trainer.step(batch_size)
+
+Same methods as gluon.Trainer. The global optimizer (name + optimizer_params) runs on the
+servers; the local optimizer (plain SGD by default, at the global learning rate unless
+local_optimizer_params says otherwise) steps loc_buf in odsgd/cdsgd. With kvstore='local' or
+None the same semantics run in one process (N = 1, no parameter server).
+"""
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+
+from .kvstore import CDSGD, ConfigError, check_config
+
+DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few hundred at most
+
+
+class Trainer(gluon.Trainer):
+    """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
+    local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None."""
+
+    def __init__(self, params, optimizer, optimizer_params=None, kvstore="dist_sync", algorithm="cdsgd",
+                 k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",
+                 local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None):
+        check_config(algorithm, k, warmup_steps, threshold, kvstore)
+        if compression_params:
+            raise ConfigError("compression_params: use algorithm='bitsgd' or 'cdsgd' and threshold= instead")
+        if update_on_kvstore is False:
+            raise ConfigError("update_on_kvstore must be True or None: the global optimizer runs on the servers")
+        plist = list(params.values()) if isinstance(params, dict) else list(params)
+        if hasattr(params, "values") and not isinstance(params, dict):
+            plist = list(params.values())
+        for p in plist:
+            if p._stype != "default" or getattr(p, "_grad_stype", "default") != "default":
+                raise ConfigError("parameter %s: row_sparse parameters and gradients are not supported" % p.name)
+            if p.dtype is not None and np.dtype(p.dtype) != np.float32:
+                raise ConfigError("parameter %s: dtype must be float32, got %s" % (p.name, np.dtype(p.dtype).name))
+        self._cdsgd = CDSGD(algorithm=algorithm, k=k, warmup_steps=warmup_steps, threshold=threshold,
+                            kvstore=kvstore or "local", local_optimizer=local_optimizer,
+                            local_optimizer_params=local_optimizer_params, trace=trace)
+        self._cdsgd.driven_by_trainer = True
+        super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=True)
+        self._steps = 0
+
+    # -- what the algorithm adds ------------------------------------------------------------
+    @property
+    def kvstore(self):
+        """The CDSGD kvstore (rank, num_workers, bytes_pushed, schedule, ...)."""
+        return self._cdsgd
+
+    @property
+    def algorithm(self):
+        return self._cdsgd.algorithm
+
+    @property
+    def local_learning_rate(self):
+        return self._cdsgd.local_learning_rate
+
+    def step(self, batch_size, ignore_stale_grad=False):
+        with self._cdsgd.tracer.span("step", step=self._steps):
+            super().step(batch_size, ignore_stale_grad)
+            self._cdsgd.finish_step()
+        self._steps += 1
+
+    def set_learning_rate(self, lr, local_lr=None):
+        """Global learning rate (on the servers too) and the local one: local_lr, or scaled
+        by the same factor, so one schedule drives both."""
+        if not self._kv_initialized:
+            # before the first step nothing is on the servers yet: set_optimizer will carry it
+            ratio = lr / self._optimizer.learning_rate if self._optimizer.learning_rate else 1.0
+            self._optimizer.set_learning_rate(lr)
+            params = self._cdsgd._local_params
+            if local_lr is not None:
+                params["learning_rate"] = local_lr
+            elif "learning_rate" in params:
+                params["learning_rate"] *= ratio
+            return
+        self._cdsgd.set_learning_rate(lr, local_lr)
+
+    def save_trace(self):
+        """Writes the chrome-trace JSON given as trace= (returns its path, or None)."""
+        return self._cdsgd.save_trace()
+
+    def wait_all(self):
+        self._cdsgd.wait_all()
