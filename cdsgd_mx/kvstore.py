@@ -69,6 +69,8 @@ class DistBackend:
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
+        self.acks = {}  # payload key -> row_sparse array an empty pull writes (see wait_payloads)
+        self.no_rows = mx.nd.array([], dtype="int64")
 
     def set_optimizer(self, optimizer):
         self.kv.set_optimizer(optimizer)
@@ -90,6 +92,8 @@ class DistBackend:
     def register(self, chunks, threshold):
         """Tell the servers which payload key decodes into which weight, then run the
         registration round: a zero push to every weight key, which the server only records."""
+        for c in chunks:
+            self.acks[c.payload_key] = mx.nd.sparse.zeros("row_sparse", (self.num_workers, c.words))
         self.command({"op": "register", "weights": [c.weight_key for c in chunks],
                       "payloads": {str(c.payload_key): [c.weight_key, c.size, threshold] for c in chunks}})
         zeros = [mx.nd.zeros((c.size,)) for c in chunks]
@@ -108,6 +112,19 @@ class DistBackend:
             (wire_row.reshape(1, -1), np.array([self.rank], np.int64)), shape=(self.num_workers, wire_row.size))
         self.kv.push(key, rsp)
         return rsp
+
+    def wait_payloads(self, payload_keys):
+        """Block until the servers applied this worker's latest push to each payload key.
+
+        MXNet copies a sparse push into a private buffer, so waiting on the pushed array does
+        not wait for the push itself. A pull of the same key is ordered after the push on the
+        worker (it writes that private buffer), and the push completes only when the server
+        acknowledges it, after the update: so a row_sparse_pull of no rows, waited on, is the
+        acknowledgement, at the cost of one empty message."""
+        for k in payload_keys:
+            self.kv.row_sparse_pull(k, out=self.acks[k], row_ids=self.no_rows)
+        for k in payload_keys:
+            self.acks[k].wait_to_read()
 
     def pull(self, key, out):
         self.kv.pull(key, out=out)
@@ -150,6 +167,9 @@ class LocalBackend:
                                             shape=(1, wire_row.size))
         self.server(key, rsp, None)
         return rsp
+
+    def wait_payloads(self, payload_keys):
+        pass  # pushes are applied synchronously in process
 
     def pull(self, key, out):
         self.store[key].copyto(out)
@@ -328,7 +348,6 @@ class CDSGD(KVStoreBase):
         """Communication thread: push g(t) (codes or fp32) chunk by chunk, pull W(t+1)."""
         compressed = self.schedule.compressed(t)
         pushed = 0
-        pending = []
         for i, c in enumerate(state.chunks):
             if compressed:
                 with self.tracer.span("quantize", param=state.index, step=t):
@@ -339,17 +358,17 @@ class CDSGD(KVStoreBase):
                                                  % (state.index, t, bad))
                     codec.wire_encode(state.sml_buf[i], state.wire[i])
                 with self.tracer.span("push codes", param=state.index, step=t):
-                    pending.append(self._backend.push_payload(c.payload_key, state.wire[i]))
+                    self._backend.push_payload(c.payload_key, state.wire[i])
                 pushed += state.wire[i].nbytes + 8  # + the row index
             else:
                 with self.tracer.span("push fp32", param=state.index, step=t):
                     self._backend.push(c.weight_key, grad_flat[c.begin:c.end])
                 pushed += 4 * c.size
-        # a pull of the weight key is not ordered after a push to the payload key: wait for the
-        # servers' acknowledgements (sent after their update) before pulling
-        with self.tracer.span("wait push", param=state.index, step=t):
-            for rsp in pending:
-                _wait_to_write(rsp)
+        # a pull of the weight key is not ordered after a push to the payload key: wait until
+        # the servers applied the payloads before pulling
+        if compressed:
+            with self.tracer.span("wait push", param=state.index, step=t):
+                self._backend.wait_payloads([c.payload_key for c in state.chunks])
         with self.tracer.span("pull", param=state.index, step=t):
             for c in state.chunks:
                 self._backend.pull(c.weight_key, pull_flat[c.begin:c.end])

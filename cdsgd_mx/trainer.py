@@ -32,9 +32,7 @@ class Trainer(gluon.Trainer):
             raise ConfigError("compression_params: use algorithm='bitsgd' or 'cdsgd' and threshold= instead")
         if update_on_kvstore is False:
             raise ConfigError("update_on_kvstore must be True or None: the global optimizer runs on the servers")
-        plist = list(params.values()) if isinstance(params, dict) else list(params)
-        if hasattr(params, "values") and not isinstance(params, dict):
-            plist = list(params.values())
+        plist = list(params.values()) if hasattr(params, "values") else list(params)
         for p in plist:
             if p._stype != "default" or getattr(p, "_grad_stype", "default") != "default":
                 raise ConfigError("parameter %s: row_sparse parameters and gradients are not supported" % p.name)

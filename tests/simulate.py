@@ -1,0 +1,56 @@
+"""Independent numpy simulation of the engine's semantics (the issue's definition, not the code).
+
+Global update: W(t+1) = SGD-momentum(W(t), sum over workers of the pushed gradient).
+Forward weights: x(t) = W(t) in warm-up and for ssgd/bitsgd; for odsgd/cdsgd, t >= n:
+x(t) = W(t-1) - lr_loc * rescale * g(t-1). Pushes: fp32 in warm-up and for ssgd/odsgd, codes
+for bitsgd after warm-up, for cdsgd codes unless (t - n) % k == 0.
+"""
+import numpy as np
+
+from cdsgd_mx import reference as ref
+
+
+def compressed(alg, t, n, k):
+    if t < n or alg in ("ssgd", "odsgd"):
+        return False
+    return alg == "bitsgd" or (t - n) % k != 0
+
+
+def delayed(alg, t, n):
+    return alg in ("odsgd", "cdsgd") and t >= n - 1
+
+
+def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch):
+    """init: list of arrays; grad_fn(x, rank, t, index). Returns (x per rank, W) per parameter."""
+    f32 = np.float32
+    rescale = f32(1.0 / batch)
+    lr_rescale, local_rescale = f32(lr) * rescale, f32(local_lr) * rescale
+    P = len(init)
+    W = [np.asarray(a, f32).copy() for a in init]
+    mom = [np.zeros_like(a) for a in W]
+    x = [[a.copy() for a in W] for _ in range(workers)]
+    res = [[np.zeros(a.size, f32) for a in W] for _ in range(workers)]
+    for t in range(steps):
+        comp = compressed(alg, t, n, k)
+        for i in range(P):
+            grads = [grad_fn(x[r][i], r, t, i) for r in range(workers)]
+            total = np.zeros(W[i].size, f32)  # sums of 1/64-grid values and +-t: exact in any order
+            for r in range(workers):
+                g = grads[r].reshape(-1)
+                if comp:
+                    packed, res[r][i] = ref.quantize(g, res[r][i], threshold)
+                    total += ref.dequantize(packed, g.size, threshold)
+                else:
+                    total += g
+            total = total.reshape(W[i].shape)
+            W_t = W[i]
+            # float32, in the order of MXNet's sgd_mom_update (wd = 0) and sgd_update kernels
+            mom[i] = f32(momentum) * mom[i] - lr_rescale * total
+            W_next = W_t + mom[i]
+            for r in range(workers):
+                if delayed(alg, t, n):
+                    x[r][i] = W_t - local_rescale * grads[r]
+                else:
+                    x[r][i] = W_next.copy()
+            W[i] = W_next
+    return x, W

@@ -1,0 +1,93 @@
+"""The engine with real processes: scheduler + S servers + N workers on loopback."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from simulate import simulate  # noqa: E402
+from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
+
+from cdsgd_mx import codec, protocol  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "workers" / "engine_worker.py"
+BOUND = 600  # small, so that the (700,) parameter is sliced across servers
+CFG = {"lr": 0.25, "momentum": 0.5, "local_lr": 0.5, "batch": 4}
+STEPS, WARMUP, K, T = 9, 2, 3, 0.5
+
+pytestmark = pytest.mark.slow
+
+
+def launch(tmp, workers, servers, *worker_args, stock_server=False, timeout=120):
+    out = tmp / "out"
+    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(workers), "-s", str(servers), "--timeout", str(timeout)]
+    if stock_server:
+        cmd.append("--stock-server")
+    cmd += ["--", sys.executable, str(WORKER), "--out", str(out), "--config", json.dumps(CFG)] + list(worker_args)
+    env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND=str(BOUND))
+    proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout + 30)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    results = [dict(np.load(out / ("rank%d.npz" % r))) for r in range(workers)]
+    return results
+
+
+def sim(alg, workers):
+    init = [init_value(i, s) for i, s in enumerate(SHAPES)]
+    return simulate(alg, workers, STEPS, WARMUP, K, T, init, grad_fn, CFG["lr"], CFG["momentum"],
+                    CFG["local_lr"], CFG["batch"])
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
+@pytest.mark.parametrize("workers,servers", [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)])
+def test_weights_match_numpy_simulation(tmp_path, alg, workers, servers):
+    got = launch(tmp_path, workers, servers, "--algorithm", alg, "--steps", str(STEPS),
+                 "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T))
+    xs, W = sim(alg, workers)
+    for r in range(workers):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(got[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5,
+                                       err_msg="global W, param %d, rank %d" % (i, r))
+            np.testing.assert_allclose(got[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5,
+                                       err_msg="forward weights x, param %d, rank %d" % (i, r))
+
+
+def test_the_delay_is_real(tmp_path):
+    """The simulation of odsgd differs from ssgd: the comparison above can tell them apart."""
+    xs_od, W_od = sim("odsgd", 2)
+    xs_s, W_s = sim("ssgd", 2)
+    assert not np.allclose(W_od[0], W_s[0], atol=1e-3)
+    xs_cd, W_cd = sim("cdsgd", 2)
+    assert not np.allclose(W_cd[0], W_od[0], atol=1e-3)
+
+
+def test_ssgd_equals_stock_gluon_trainer(tmp_path):
+    ours = launch(tmp_path / "ours", 2, 2, "--algorithm", "ssgd", "--steps", "6", "--warmup", "0")
+    stock = launch(tmp_path / "stock", 2, 2, "--mode", "stock", "--steps", "6", stock_server=True)
+    for i in range(len(SHAPES)):
+        np.testing.assert_allclose(ours[0]["w%d" % i], stock[0]["w%d" % i], rtol=1e-6, atol=1e-6)
+        assert not np.allclose(stock[0]["w%d" % i], init_value(i, SHAPES[i]))  # it trained
+
+
+def test_bitsgd_equals_mxnet_2bit_compression(tmp_path):
+    ours = launch(tmp_path / "ours", 2, 1, "--algorithm", "bitsgd", "--steps", "8", "--warmup", "0")
+    theirs = launch(tmp_path / "mx", 2, 1, "--mode", "mxnet2bit", "--steps", "8", stock_server=True)
+    for r in range(2):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(ours[r]["w%d" % i], theirs[r]["w%d" % i], rtol=1e-5, atol=1e-5)
+
+
+def test_bytes_pushed_match_the_wire_format(tmp_path):
+    got = launch(tmp_path, 2, 2, "--algorithm", "cdsgd", "--steps", str(STEPS), "--warmup", str(WARMUP),
+                 "--k", str(K))
+    layout = protocol.plan([int(np.prod(s)) for s in SHAPES], 2, 2, bound=BOUND)
+    fp32 = 4 * sum(int(np.prod(s)) for s in SHAPES)
+    codes = sum(4 * codec.packed_size(c.size) + 8 for c in layout.chunks)
+    want = [codes if (t >= WARMUP and (t - WARMUP) % K != 0) else fp32 for t in range(STEPS)]
+    for r in range(2):
+        assert got[r]["bytes"].tolist() == want
+    assert codes * 10 < fp32  # 0.25 B/value (+ row indices) against 4

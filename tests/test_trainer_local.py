@@ -1,0 +1,129 @@
+"""cdsgd_mx.Trainer in one process (kvstore='local'/None) and its argument checks."""
+import sys
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import gluon
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from simulate import simulate  # noqa: E402
+from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
+
+import cdsgd_mx  # noqa: E402
+from cdsgd_mx.kvstore import ConfigError  # noqa: E402
+
+
+def make_params(dtype="float32", stype="default"):
+    params = gluon.ParameterDict()
+    plist = [params.get("p%d" % i, shape=s, dtype=dtype, stype=stype,
+                        init=mx.init.Constant(init_value(i, s).tolist())) for i, s in enumerate(SHAPES)]
+    params.initialize(ctx=mx.cpu())
+    return params, plist
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
+@pytest.mark.parametrize("kvstore", ["local", None])
+def test_single_process_matches_simulation(alg, kvstore):
+    params, plist = make_params()
+    tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.25, "momentum": 0.5}, kvstore=kvstore,
+                          algorithm=alg, k=3, warmup_steps=2, threshold=0.5,
+                          local_optimizer_params={"learning_rate": 0.5})
+    for t in range(9):
+        for i, p in enumerate(plist):
+            p.grad()[:] = grad_fn(p.data().asnumpy(), 0, t, i)
+        tr.step(4, ignore_stale_grad=True)
+    tr.wait_all()
+    xs, W = simulate(alg, 1, 9, 2, 3, 0.5, [init_value(i, s) for i, s in enumerate(SHAPES)], grad_fn,
+                     0.25, 0.5, 0.5, 4)
+    for i, p in enumerate(plist):
+        np.testing.assert_allclose(p.data().asnumpy(), xs[0][i], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(tr.kvstore.global_weights(i).asnumpy(), W[i], rtol=1e-5, atol=1e-5)
+
+
+def test_lenet_like_training_reduces_loss_with_cdsgd():
+    rng = np.random.RandomState(0)
+    X = rng.randn(256, 20).astype(np.float32)
+    Y = (X[:, :5].sum(axis=1) > 0).astype(np.float32)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(2))
+    net.initialize(mx.init.Xavier())
+    tr = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
+                          kvstore="local", algorithm="cdsgd", k=4, warmup_steps=5, threshold=0.5)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    losses = []
+    for epoch in range(15):
+        total = 0.0
+        for b in range(0, 256, 32):
+            x, y = mx.nd.array(X[b:b + 32]), mx.nd.array(Y[b:b + 32])
+            with mx.autograd.record():
+                loss = loss_fn(net(x), y)
+            loss.backward()
+            tr.step(32)
+            total += loss.mean().asscalar()
+        losses.append(total / 8)
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_learning_rates_schedule_together():
+    params, plist = make_params()
+    tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.2}, kvstore="local", algorithm="odsgd",
+                          warmup_steps=0, local_optimizer_params={"learning_rate": 0.8})
+    for i, p in enumerate(plist):
+        p.grad()[:] = 0
+    tr.step(1, ignore_stale_grad=True)
+    tr.set_learning_rate(0.1)
+    assert tr.learning_rate == pytest.approx(0.1)
+    assert tr.local_learning_rate == pytest.approx(0.4)  # same factor
+    tr.set_learning_rate(0.05, local_lr=0.3)
+    assert tr.local_learning_rate == pytest.approx(0.3)
+    assert tr.kvstore._backend.server.optimizer.learning_rate == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"algorithm": "adam"}, "algorithm must be one of ssgd, bitsgd, odsgd, cdsgd, got 'adam'"),
+    ({"k": 0}, "k must be an integer >= 1, got 0"),
+    ({"k": 2.5}, "k must be an integer >= 1, got 2.5"),
+    ({"threshold": 0}, "threshold must be a finite number > 0, got 0"),
+    ({"threshold": -0.5}, "threshold must be a finite number > 0, got -0.5"),
+    ({"threshold": float("nan")}, "threshold must be a finite number > 0, got nan"),
+    ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0, got -1"),
+    ({"kvstore": "dist_async"}, "kvstore must be one of dist_sync, local or None, got 'dist_async'"),
+    ({"kvstore": "nccl"}, "kvstore must be one of dist_sync, local or None, got 'nccl'"),
+    ({"compression_params": {"type": "2bit"}}, "compression_params: use algorithm="),
+    ({"update_on_kvstore": False}, "update_on_kvstore must be True or None"),
+])
+def test_bad_arguments_give_one_clear_error(kwargs, message):
+    params, _ = make_params()
+    args = dict(kvstore="local")
+    args.update(kwargs)
+    with pytest.raises(ConfigError) as err:
+        cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, **args)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_float16_parameters_are_refused():
+    params, _ = make_params(dtype="float16")
+    with pytest.raises(ConfigError, match="dtype must be float32, got float16"):
+        cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local")
+
+
+def test_row_sparse_parameters_are_refused():
+    params = gluon.ParameterDict()
+    params.get("emb", shape=(10, 4), stype="row_sparse", grad_stype="row_sparse")
+    params.initialize()
+    with pytest.raises(ConfigError, match="row_sparse parameters and gradients are not supported"):
+        cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local")
+
+
+def test_non_finite_gradient_stops_with_the_parameter_and_step():
+    params, plist = make_params()
+    tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local", algorithm="bitsgd",
+                          warmup_steps=0)
+    for p in plist:
+        p.grad()[:] = 0.1
+    plist[2].grad()[:] = np.nan
+    with pytest.raises(Exception, match="non-finite gradient in parameter 2 at step 0"):
+        tr.step(1, ignore_stale_grad=True)

@@ -1,0 +1,114 @@
+"""A worker of the engine tests: deterministic gradients that depend on the weights in use.
+
+g_r(x, t) = round64(c_r * x + d_{r,t}) per parameter: a function of the weights x the worker
+trains with (so the one-step delay is visible in the result), on a 1/64 grid (so quantization
+decisions do not hinge on float rounding). Modes:
+  cdsgd     cdsgd_mx.Trainer with --algorithm
+  stock     gluon.Trainer with kvstore='dist_sync' (S-SGD reference)
+  mxnet2bit kv.push/kv.pull with MXNet's own 2-bit compression (BIT-SGD reference)
+Writes OUT/rank<R>.npz: final x and global W per parameter, bytes pushed per step.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+SHAPES = [(37,), (5, 7), (700,), (1,)]  # (700,) is above the bound the tests set (600)
+
+
+def grad_fn(x, rank, t, index):
+    rng = np.random.RandomState(1000 * rank + 10 * index + 1)
+    c = rng.uniform(-0.3, 0.3, x.shape).astype(np.float32)
+    d = np.random.RandomState(7919 * t + 97 * rank + index).normal(0, 0.4, x.shape).astype(np.float32)
+    return (np.round((c * x + d) * 64) / 64).astype(np.float32)
+
+
+def init_value(index, shape):
+    return np.random.RandomState(31 + index).uniform(-1, 1, shape).astype(np.float32)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", default="cdsgd")
+    ap.add_argument("--algorithm", default="cdsgd")
+    ap.add_argument("--steps", type=int, default=9)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--threshold", type=float, default=0.5)
+    ap.add_argument("--config", default="{}")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    cfg = json.loads(args.config)
+    import mxnet as mx
+    from mxnet import gluon
+
+    opt_params = {"learning_rate": cfg.get("lr", 0.25), "momentum": cfg.get("momentum", 0.5), "wd": cfg.get("wd", 0.0)}
+    batch = cfg.get("batch", 4)
+    params = gluon.ParameterDict()
+    plist = []
+    for i, shape in enumerate(SHAPES):
+        p = params.get("p%d" % i, shape=shape, init=mx.init.Constant(init_value(i, shape).tolist()))
+        plist.append(p)
+    params.initialize(ctx=mx.cpu())
+
+    if args.mode == "mxnet2bit":
+        kv = mx.kv.create("dist_sync")
+        kv.set_gradient_compression({"type": "2bit", "threshold": args.threshold})
+        for i, p in enumerate(plist):
+            kv.init(i, p.data())
+        kv.set_optimizer(mx.optimizer.create("sgd", rescale_grad=1.0 / batch, **opt_params))
+        rank = kv.rank
+        for t in range(args.steps):
+            for i, p in enumerate(plist):
+                g = mx.nd.array(grad_fn(p.data().asnumpy(), rank, t, i))
+                kv.push(i, g)
+                kv.pull(i, out=p.data())
+        mx.nd.waitall()
+        finals = [p.data().asnumpy() for p in plist]
+        save(args.out, rank, finals, finals, {})
+        return
+
+    if args.mode == "stock":
+        trainer = gluon.Trainer(params, "sgd", opt_params, kvstore="dist_sync")
+        trainer._optimizer.rescale_grad = 1.0 / batch  # what step() sets; the kvstore exists now
+        trainer._init_kvstore()
+        rank = trainer._kvstore.rank
+    else:
+        import cdsgd_mx
+        trainer = cdsgd_mx.Trainer(params, "sgd", opt_params, kvstore=cfg.get("kvstore", "dist_sync"),
+                                   algorithm=args.algorithm, k=args.k, warmup_steps=args.warmup,
+                                   threshold=args.threshold, trace=cfg.get("trace"),
+                                   local_optimizer_params={"learning_rate": cfg.get("local_lr", 0.5)})
+        rank = trainer.kvstore.rank
+    for t in range(args.steps):
+        for i, p in enumerate(plist):
+            p.grad()[:] = grad_fn(p.data().asnumpy(), rank, t, i)
+        trainer.step(batch, ignore_stale_grad=True)
+    if args.mode == "stock":
+        mx.nd.waitall()
+        rank = trainer._kvstore.rank
+        finals = [p.data().asnumpy() for p in plist]
+        save(args.out, rank, finals, finals, {})
+        return
+    kv = trainer.kvstore
+    kv.wait_all()
+    xs = [p.data().asnumpy() for p in plist]
+    ws = [kv.global_weights(i).asnumpy() for i in range(len(plist))]
+    save(args.out, kv.rank, xs, ws, kv.bytes_by_step)
+    if cfg.get("trace"):
+        trainer.save_trace()
+
+
+def save(out, rank, xs, ws, bytes_by_step):
+    os.makedirs(out, exist_ok=True)
+    data = {"x%d" % i: x for i, x in enumerate(xs)}
+    data.update({"w%d" % i: w for i, w in enumerate(ws)})
+    steps = sorted(bytes_by_step)
+    data["bytes"] = np.array([bytes_by_step[s] for s in steps], np.int64)
+    np.savez(os.path.join(out, "rank%d.npz" % rank), **data)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
