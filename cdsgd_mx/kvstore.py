@@ -23,6 +23,7 @@ One step t of pushpull(key, grad, out=loc_buf) (Algorithm 1, per parameter):
 """
 import json
 import os
+import sys
 
 import mxnet as mx
 import numpy as np
@@ -63,8 +64,26 @@ def _wait_to_write(arr):
 
 # ---- backends: the native parameter server, or an in-process server for kvstore='local' -----
 
+def _exit_on_uncaught_exception():
+    """An uncaught exception in a worker would leave it hanging in the kvstore's destructor (a
+    barrier the others never reach): print it and end the process, so the launcher sees the
+    failure and stops the job."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stderr.write("cdsgd_mx: worker %s failed; exiting without the kvstore barrier\n"
+                         % os.environ.get("CDSGD_LAUNCH_INDEX", "?"))
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+
+    sys.excepthook = hook
+
+
 class DistBackend:
     def __init__(self, name):
+        _exit_on_uncaught_exception()
         self.kv = mx.kv.create(name)
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
