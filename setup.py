@@ -39,16 +39,33 @@ def cuda_archs(nvcc):
         return ["75"]
 
 
+def find_cudart_static(nvcc):
+    """Folder holding libcudart_static.a (nvcc may be a wrapper script outside the toolkit)."""
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+             os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "/usr/local/cuda"]
+    for home in filter(None, homes):
+        for sub in ("lib64", "lib", os.path.join("targets", "x86_64-linux", "lib")):
+            if os.path.exists(os.path.join(home, sub, "libcudart_static.a")):
+                return os.path.join(home, sub)
+    return None
+
+
 class BuildExt(build_ext):
     """Compiles csrc/*.cu with nvcc first, then links the objects into the extension."""
 
     def build_extensions(self):
         nvcc = find_nvcc()
+        cuda_lib = find_cudart_static(nvcc) if nvcc else None
+        if nvcc and cuda_lib is None:
+            msg = "nvcc found but not libcudart_static.a (set CUDA_HOME)"
+            if os.environ.get("CDSGD_CUDA", "auto").strip().lower() in ("1", "on", "yes", "true"):
+                sys.exit("CDSGD_CUDA=1: " + msg)
+            print("cdsgd_mx: %s; building without CUDA" % msg, flush=True)
+            nvcc = None
         for ext in self.extensions:
             if nvcc:
                 ext.extra_objects += self.compile_cuda(nvcc, ext)
                 ext.define_macros.append(("CDSGD_WITH_CUDA", "1"))
-                cuda_lib = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "lib64")
                 ext.library_dirs.append(cuda_lib)
                 # static runtime: the module imports on machines without CUDA libraries
                 ext.libraries += ["cudart_static", "dl", "rt", "pthread"]
