@@ -17,6 +17,8 @@ caller can refuse to push a poisoned gradient without a second pass over the dat
 """
 import numbers
 
+import numpy as np
+
 from . import _native
 
 VALUES_PER_WORD = 16
@@ -34,12 +36,16 @@ wire_size = packed_size  # one wire float per packed word
 def _threads(threads):
     if threads is None:
         return 0  # the module default, see set_num_threads
+    if type(threads) is int and threads >= 1:  # fast path: these checks run on every call
+        return threads
     if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
         raise ValueError("threads must be an integer >= 1 or None, got %r" % (threads,))
     return int(threads)
 
 
 def _threshold(threshold):
+    if type(threshold) is float:
+        return threshold
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
         raise TypeError("threshold must be a number, got %r" % (threshold,))
     return float(threshold)
@@ -48,6 +54,8 @@ def _threshold(threshold):
 def _array(x, write):
     """NDArrays become DLPack capsules (zero-copy, after the engine's pending writes, and for
     an output after pending reads too); numpy arrays and capsules pass through."""
+    if type(x) is np.ndarray:
+        return x
     if hasattr(x, "to_dlpack_for_write"):
         if getattr(x, "stype", "default") != "default":
             raise TypeError("only dense NDArrays are supported, got stype %r" % x.stype)
