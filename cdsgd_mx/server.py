@@ -153,6 +153,15 @@ def run_node():
     check_call(_LIB.MXKVStoreRunServer(kv.handle, ctrl, None))
 
 
+def serve_if_not_worker():
+    """For clusters started with MXNet's tools/launch.py, which runs the same command for every
+    role: call this at the top of a training script, before importing mxnet. On a server or the
+    scheduler it runs the node and exits; on a worker it returns at once."""
+    if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
+        run_node()
+        sys.exit(0)
+
+
 if __name__ == "__main__":
     if "--stock" in sys.argv[1:]:
         import mxnet  # noqa: F401  (MXNet's own server loop runs on import)

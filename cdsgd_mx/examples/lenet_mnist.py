@@ -10,13 +10,17 @@ import argparse
 import json
 import time
 
-import mxnet as mx
-import numpy as np
-from mxnet import autograd, gluon
+from cdsgd_mx.server import serve_if_not_worker
 
-import cdsgd_mx
-from cdsgd_mx.data import load_mnist, shard
-from cdsgd_mx.models import lenet5
+serve_if_not_worker()  # with MXNet's tools/launch.py every role runs this script
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+import cdsgd_mx  # noqa: E402
+from cdsgd_mx.data import load_mnist, shard  # noqa: E402
+from cdsgd_mx.models import lenet5  # noqa: E402
 
 
 def evaluate(net, x, y, batch=1000):
