@@ -21,6 +21,7 @@ One step t of pushpull(key, grad, out=loc_buf) (Algorithm 1, per parameter):
       3. comm_buf = g(t); hand round t (quantize?, push, pull W(t+1) into comm_buf) to the
          communication thread and return: forward/backward of t+1 runs meanwhile.
 """
+import atexit
 import json
 import os
 import sys
@@ -30,7 +31,7 @@ import numpy as np
 from mxnet.kvstore import KVStoreBase
 
 from . import codec, protocol
-from .comm import Communicator
+from .comm import CommError, Communicator
 from .schedule import ALGORITHMS, COMPRESSING, Schedule
 from .server import COMMAND_PREFIX, ServerState
 from .trace import Tracer
@@ -88,7 +89,7 @@ class DistBackend:
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
-        self.acks = {}  # payload key -> row_sparse array an empty pull writes (see wait_payloads)
+        self.acks = {}  # payload key -> row_sparse array an empty pull writes (see request_acks)
         self.no_rows = mx.nd.array([], dtype="int64")
 
     def set_optimizer(self, optimizer):
@@ -132,16 +133,18 @@ class DistBackend:
         self.kv.push(key, rsp)
         return rsp
 
-    def wait_payloads(self, payload_keys):
-        """Block until the servers applied this worker's latest push to each payload key.
+    def request_acks(self, payload_keys):
+        """Ask for the acknowledgement of this worker's latest push to each payload key.
 
         MXNet copies a sparse push into a private buffer, so waiting on the pushed array does
         not wait for the push itself. A pull of the same key is ordered after the push on the
         worker (it writes that private buffer), and the push completes only when the server
-        acknowledges it, after the update: so a row_sparse_pull of no rows, waited on, is the
-        acknowledgement, at the cost of one empty message."""
+        acknowledges it, after the update: so a row_sparse_pull of no rows, once complete, is
+        the acknowledgement, at the cost of one empty message."""
         for k in payload_keys:
             self.kv.row_sparse_pull(k, out=self.acks[k], row_ids=self.no_rows)
+
+    def wait_acks(self, payload_keys):
         for k in payload_keys:
             self.acks[k].wait_to_read()
 
@@ -187,8 +190,11 @@ class LocalBackend:
         self.server(key, rsp, None)
         return rsp
 
-    def wait_payloads(self, payload_keys):
+    def request_acks(self, payload_keys):
         pass  # pushes are applied synchronously in process
+
+    def wait_acks(self, payload_keys):
+        pass
 
     def pull(self, key, out):
         self.store[key].copyto(out)
@@ -250,10 +256,12 @@ class CDSGD(KVStoreBase):
         self._layout = None
         self._registered = set()     # weight keys whose payload key the servers know
         self._comm = Communicator()
+        atexit.register(self.close)  # stop the communication thread before MXNet shuts down
         self.tracer = Tracer(trace, pid=self._backend.rank)
         self.bytes_pushed = 0        # all pushes of this worker since creation
         self.bytes_by_step = {}      # step -> bytes pushed by this worker at that step
         self.driven_by_trainer = False
+        self._sync_submitted = False  # a synchronous round was submitted in this step
 
     # ---- KVStoreBase API -------------------------------------------------------------------
     @property
@@ -344,10 +352,12 @@ class CDSGD(KVStoreBase):
         """x(t+1) = W(t+1): push g(t), pull the new global weight into loc_buf."""
         if state.in_flight is not None:  # cannot happen with the schedules above; kept safe
             self._comm.wait(state.in_flight)
-        job = self._comm.submit(lambda: self._round(state, t, _flat(grad), _flat(loc_buf)),
-                                "step %d of parameter %s" % (t, state.index))
+            state.in_flight = None
+        self._comm.submit(lambda: self._round(state, t, _flat(grad), _flat(loc_buf)),
+                          "step %d of parameter %s" % (t, state.index))
+        self._sync_submitted = True
         if not self.driven_by_trainer:
-            self._comm.wait(job)  # the Trainer waits once per step instead (finish_step)
+            self._comm.drain()  # the Trainer waits once per step instead (finish_step)
 
     def _delayed_step(self, state, t, grad, loc_buf):
         """x(t+1) = W(t) - local step with g(t); round t goes on in the background."""
@@ -362,9 +372,13 @@ class CDSGD(KVStoreBase):
         comm_flat = _flat(state.comm_buf)
         state.in_flight = self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat),
                                             "step %d of parameter %s" % (t, state.index))
+        if not self.driven_by_trainer:
+            self._comm.flush()  # do not wait: the round finishes in the background
 
     def _round(self, state, t, grad_flat, pull_flat):
-        """Communication thread: push g(t) (codes or fp32) chunk by chunk, pull W(t+1)."""
+        """Communication thread, push phase: push g(t) (codes or fp32) chunk by chunk. Returns
+        the finish phase (pull W(t+1)) for codes; an fp32 push is followed by its pull at once,
+        since MXNet orders a pull after a push of the same key."""
         compressed = self.schedule.compressed(t)
         pushed = 0
         for i, c in enumerate(state.chunks):
@@ -383,23 +397,37 @@ class CDSGD(KVStoreBase):
                 with self.tracer.span("push fp32", param=state.index, step=t):
                     self._backend.push(c.weight_key, grad_flat[c.begin:c.end])
                 pushed += 4 * c.size
-        # a pull of the weight key is not ordered after a push to the payload key: wait until
-        # the servers applied the payloads before pulling
-        if compressed:
-            with self.tracer.span("wait push", param=state.index, step=t):
-                self._backend.wait_payloads([c.payload_key for c in state.chunks])
-        with self.tracer.span("pull", param=state.index, step=t):
-            for c in state.chunks:
-                self._backend.pull(c.weight_key, pull_flat[c.begin:c.end])
-            if self.tracer.enabled:
-                pull_flat.wait_to_read()
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
+        if not compressed:
+            self._pull(state, t, pull_flat)
+            return None
+        # a pull of the weight key is not ordered after a push to the payload key: request the
+        # acknowledgements now, wait for them and pull at the flush
+        payload_keys = [c.payload_key for c in state.chunks]
+        self._backend.request_acks(payload_keys)
+
+        def finish():
+            with self.tracer.span("wait push", param=state.index, step=t):
+                self._backend.wait_acks(payload_keys)
+            self._pull(state, t, pull_flat)
+        return finish
+
+    def _pull(self, state, t, pull_flat):
+        start = self.tracer.now_us()
+        for c in state.chunks:
+            self._backend.pull(c.weight_key, pull_flat[c.begin:c.end])
+        # the span ends when the transfer does; recorded without holding up this thread
+        self.tracer.watch("pull", pull_flat, start, param=state.index, step=t)
 
     # ---- helpers for the Trainer -------------------------------------------------------------
     def finish_step(self):
-        """Wait until every synchronous round submitted so far has issued its pull."""
-        self._comm.drain()
+        """End of a Trainer step: let the communication thread finish this step's rounds; wait
+        only if some were synchronous (their pull must be issued before the next forward)."""
+        flush = self._comm.flush()
+        if self._sync_submitted:
+            self._comm.wait(flush)
+        self._sync_submitted = False
 
     def wait_all(self):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""
@@ -438,7 +466,16 @@ class CDSGD(KVStoreBase):
         return self.tracer.save()
 
     def close(self):
-        self._comm.close()
+        """Finish rounds in flight and stop the communication thread (also run at exit)."""
+        if self._comm is not None:
+            try:
+                self._comm.drain()
+            except CommError:
+                pass  # already raised to the caller of the failed step
+            finally:
+                self._comm.close()
+                self._comm = None
+                mx.nd.waitall()
 
 
 def _single(arrays, name):

@@ -110,8 +110,12 @@ def run_job(args):
         job.start("scheduler", node, dict(base, DMLC_ROLE="scheduler"))
         for i in range(args.num_servers):
             job.start("server %d" % i, node, dict(base, DMLC_ROLE="server", CDSGD_LAUNCH_INDEX=str(i)))
+        worker_env = dict(base, DMLC_ROLE="worker")
+        # MXNet runs push/pull on the same CPU worker threads as compute (default: one), so a
+        # single thread would queue the communication of step t behind forward/backward of t+1
+        worker_env.setdefault("MXNET_CPU_WORKER_NTHREADS", "2")
         for i in range(args.num_workers):
-            job.start("worker %d" % i, args.command, dict(base, DMLC_ROLE="worker", CDSGD_LAUNCH_INDEX=str(i)))
+            job.start("worker %d" % i, args.command, dict(worker_env, CDSGD_LAUNCH_INDEX=str(i)))
             workers.append(job.procs[-1])
         deadline = time.time() + args.timeout if args.timeout else None
         while True:

@@ -3,6 +3,7 @@ paper's Fig. 5: the main thread's forward/backward and step, the communication t
 quantize, push and pull, so that overlap (or its absence) is visible."""
 import json
 import os
+import queue
 import threading
 import time
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ class Tracer:
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
         self._tids = {}
+        self._watch = None  # (queue, thread) that waits for asynchronous transfers to end
 
     @property
     def enabled(self):
@@ -47,6 +49,24 @@ class Tracer:
             yield
         finally:
             self.add(name, start, self.now_us(), **args)
+
+    def watch(self, name, array, start_us, **args):
+        """Record a span that ends when the engine finishes writing `array` (a pull), without
+        blocking the caller: a watcher thread waits for it."""
+        if not self.enabled:
+            return
+        if self._watch is None:
+            q = queue.Queue()
+            t = threading.Thread(target=self._watcher, args=(q,), name="cdsgd-comm", daemon=True)
+            t.start()
+            self._watch = (q, t)
+        self._watch[0].put((name, array, start_us, args))
+
+    def _watcher(self, q):
+        while True:
+            name, array, start_us, args = q.get()
+            array.wait_to_read()
+            self.add(name, start_us, self.now_us(), **args)
 
     def save(self):
         if not self.enabled:
