@@ -123,6 +123,18 @@ class DistBackend:
             _wait_to_write(z)
         self.kv._barrier()
 
+    def assign(self, values):
+        """Set global weights: {weight key: array (rank 0's values)} (checkpoint restore)."""
+        self.command({"op": "assign", "keys": list(values)})
+        pushed = []
+        for k, v in values.items():
+            arr = v if self.rank == 0 else mx.nd.zeros(v.shape)
+            self.kv.push(k, arr)
+            pushed.append(arr)
+        for arr in pushed:
+            _wait_to_write(arr)
+        self.kv._barrier()
+
     def push(self, key, value):
         self.kv.push(key, value)
 
@@ -175,6 +187,13 @@ class LocalBackend:
     def init_payload(self, key, words):
         pass
 
+    def command(self, msg):
+        self.server.command(json.dumps(msg))
+
+    def assign(self, values):
+        for k, v in values.items():
+            self.store[k][:] = v
+
     def register(self, chunks, threshold):
         self.server.command(json.dumps({"op": "register", "weights": [], "payloads": {
             str(c.payload_key): [c.weight_key, c.size, threshold] for c in chunks}}))
@@ -217,6 +236,7 @@ class ParamState:
         self.sml_buf = [np.zeros(c.words, np.uint32) for c in chunks] if compressing else None
         self.wire = [np.zeros(c.words, np.float32) for c in chunks] if compressing else None
         self.in_flight = None                        # the round whose pull brings W(t)
+        self.loc_buf = None                          # the parameter's data (set by broadcast)
 
 
 def _flat(arr):
@@ -315,6 +335,7 @@ class CDSGD(KVStoreBase):
         for c in chunks:
             self._backend.pull(c.weight_key, out_flat[c.begin:c.end])
         out.wait_to_read()
+        state.loc_buf = out  # the parameter's data: saved and restored by checkpoints
 
     def pushpull(self, key, value, out=None, priority=0):
         grad = _single(value, "value")
@@ -334,11 +355,95 @@ class CDSGD(KVStoreBase):
         else:
             self._sync_step(state, t, grad, loc_buf)
 
+    # ---- checkpoints ---------------------------------------------------------------------------
     def save_optimizer_states(self, fname, dump_optimizer=False):
-        raise NotImplementedError("save/load of cdsgd states is not available yet")
+        """Everything the algorithm depends on, at a step boundary: on each server its global
+        optimizer and states (FNAME.server<rank>), on each worker the global weights, step
+        counters, residuals, comm_buf and the local optimizer (FNAME.worker<rank>), and the
+        configuration (FNAME, written by rank 0)."""
+        import pickle
+        self.wait_all()
+        self._ensure_registered()
+        params = {}
+        for key, st in self._params.items():
+            params[key] = {"t": st.t, "shape": st.shape, "comm_buf": st.comm_buf.asnumpy(),
+                           "loc_buf": st.loc_buf.asnumpy(),
+                           "in_flight": st.in_flight is not None,
+                           "residual": None if st.residual is None else st.residual.asnumpy(),
+                           "global": self.global_weights(key).asnumpy()}
+        self._backend.command({"op": "save", "path": os.path.abspath(fname)})
+        worker = {"config": self._config(), "params": params,
+                  "local": self._local_updater.get_states(dump_optimizer=True) if self._local_updater else None}
+        _write_atomic("%s.worker%d" % (fname, self.rank), pickle.dumps(worker))
+        if self.rank == 0:
+            _write_atomic(fname, json.dumps(self._config(), indent=1).encode())
 
     def load_optimizer_states(self, fname):
-        raise NotImplementedError("save/load of cdsgd states is not available yet")
+        """Restores what save_optimizer_states wrote; the job must have the same algorithm,
+        k, warm-up, threshold, numbers of workers and servers, and parameters."""
+        import pickle
+        path = "%s.worker%d" % (fname, self.rank)
+        try:
+            with open(fname) as f:
+                config = json.load(f)
+            with open(path, "rb") as f:
+                worker = pickle.load(f)
+            params = worker["params"]
+        except (OSError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as e:
+            raise ValueError("checkpoint %s (or %s) is missing, corrupted or truncated: %s" % (fname, path, e)) from e
+        mismatch = {k: (v, config.get(k)) for k, v in self._config().items() if config.get(k) != v}
+        if mismatch:
+            raise ValueError("checkpoint %s was written by another configuration: %s" % (
+                fname, ", ".join("%s=%r here, %r there" % (k, a, b) for k, (a, b) in sorted(mismatch.items()))))
+        if sorted(params) != sorted(self._params) or any(
+                tuple(params[k]["shape"]) != tuple(self._params[k].shape) for k in params):
+            raise ValueError("checkpoint %s holds other parameters (names or shapes differ)" % fname)
+        self.wait_all()
+        self._ensure_registered()
+        self._backend.command({"op": "load", "path": os.path.abspath(fname)})
+        weights = {}
+        for key, saved in params.items():
+            flat = saved["global"].reshape(-1)
+            for c in self._params[key].chunks:
+                weights[c.weight_key] = mx.nd.array(flat[c.begin:c.end])
+        self._backend.assign(weights)
+        for key, saved in params.items():
+            st = self._params[key]
+            st.t = saved["t"]
+            st.comm_buf[:] = saved["comm_buf"]
+            st.loc_buf[:] = saved["loc_buf"]  # this worker's x(t), which may differ from W
+            if saved["residual"] is not None:
+                st.residual[:] = saved["residual"]
+            st.in_flight = self._comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
+        if worker["local"] is not None and self._local_updater is not None:
+            self._local_updater.set_states(worker["local"])
+            self._local_optimizer = self._local_updater.optimizer
+        if self._optimizer is not None:
+            self._optimizer = self._backend_optimizer(fname)
+        mx.nd.waitall()
+
+    def _backend_optimizer(self, fname):
+        """The global optimizer as restored (gluon reads it back through _updater)."""
+        import pickle
+        if isinstance(self._backend, LocalBackend):
+            return self._backend.server.optimizer
+        try:
+            with open("%s.server0" % fname, "rb") as f:
+                return pickle.load(f)["optimizer"]
+        except OSError:
+            return self._optimizer  # servers on other machines: the same settings were sent
+
+    @property
+    def _updater(self):
+        """gluon.Trainer.load_states reads the optimizer back from here."""
+        class _View:
+            optimizer = self._optimizer
+        return _View()
+
+    def _config(self):
+        return {"algorithm": self.algorithm, "k": self.k, "warmup_steps": self.warmup_steps,
+                "threshold": self.threshold, "num_workers": self.num_workers,
+                "num_servers": self._backend.num_servers, "format": "cdsgd-mx checkpoint 1"}
 
     # ---- the algorithm ---------------------------------------------------------------------
     def _ensure_registered(self):
@@ -476,6 +581,13 @@ class CDSGD(KVStoreBase):
                 self._comm.close()
                 self._comm = None
                 mx.nd.waitall()
+
+
+def _write_atomic(path, data):
+    tmp = "%s.part%d" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 def _single(arrays, name):

@@ -39,8 +39,10 @@ def die(context):
 class ServerState:
     """Global weights' optimizer on one server (or in process for kvstore='local')."""
 
-    def __init__(self):
+    def __init__(self, rank=0):
+        self.rank = rank
         self.optimizer = None
+        self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.states = {}          # weight key -> optimizer state
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
@@ -59,6 +61,12 @@ class ServerState:
             self.to_register.update(int(k) for k in msg["weights"])
         elif msg["op"] == "set_lr":
             self.optimizer.set_learning_rate(float(msg["lr"]))
+        elif msg["op"] == "save":
+            self.save("%s.server%d" % (msg["path"], self.rank))
+        elif msg["op"] == "load":
+            self.load("%s.server%d" % (msg["path"], self.rank))
+        elif msg["op"] == "assign":
+            self.to_assign.update(int(k) for k in msg["keys"])
         else:
             raise ValueError("unknown cdsgd command %r" % (msg["op"],))
 
@@ -69,12 +77,35 @@ class ServerState:
         if key in self.payloads:
             self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
             return
+        if key in self.to_assign:  # restoring a checkpoint: W = what the workers pushed
+            self.to_assign.discard(key)
+            weight[:] = grad
+            weight.wait_to_read()
+            return
         if key in self.to_register:
             self.to_register.discard(key)
             self.weights[key] = weight  # registration round: record only, weight unchanged
         else:
             self.apply_gradient(key, weight, grad)
         weight.wait_to_read()  # pulls read the store without waiting for the engine
+
+    # -- checkpoints: the global optimizer and its state per weight key ---------------------
+    def save(self, path):
+        import pickle
+        states = {k: _to_numpy(v) for k, v in self.states.items()}
+        with open(path + ".part", "wb") as f:
+            pickle.dump({"optimizer": self.optimizer, "states": states}, f)
+        os.replace(path + ".part", path)
+
+    def load(self, path):
+        import pickle
+        try:
+            with open(path, "rb") as f:
+                saved = pickle.load(f)
+            self.optimizer = saved["optimizer"]
+            self.states = {k: _to_ndarray(v) for k, v in saved["states"].items()}
+        except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as e:
+            raise ValueError("server checkpoint %s is missing, corrupted or truncated: %s" % (path, e)) from e
 
     def apply_gradient(self, wk, weight, grad):
         if self.optimizer is None:
@@ -106,6 +137,24 @@ class ServerState:
         self.apply_gradient(wk, weight, grad.reshape(weight.shape))
 
 
+def _to_numpy(state):
+    """An optimizer state (NDArray, None, or nested tuples/lists of them) with numpy arrays."""
+    if state is None:
+        return None
+    if isinstance(state, (tuple, list)):
+        return type(state)(_to_numpy(s) for s in state)
+    return state.asnumpy()
+
+
+def _to_ndarray(state):
+    from mxnet import ndarray as nd
+    if state is None:
+        return None
+    if isinstance(state, (tuple, list)):
+        return type(state)(_to_ndarray(s) for s in state)
+    return nd.array(state, dtype=state.dtype)
+
+
 def _controller(state, kv):
     import pickle
     installed = []
@@ -114,6 +163,7 @@ def _controller(state, kv):
         try:
             if not installed:  # MXNet's server object exists only once its loop runs
                 kv._set_updater(_updater(state))
+                state.rank = kv.rank
                 installed.append(True)
             body = cmd_body.decode() if isinstance(cmd_body, bytes) else cmd_body
             if body.startswith(COMMAND_PREFIX):

@@ -23,7 +23,7 @@ STEPS, WARMUP, K, T = 9, 2, 3, 0.5
 pytestmark = pytest.mark.slow
 
 
-def launch(tmp, workers, servers, *worker_args, stock_server=False, timeout=120):
+def launch(tmp, workers, servers, *worker_args, stock_server=False, timeout=120, allow_missing=False):
     out = tmp / "out"
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(workers), "-s", str(servers), "--timeout", str(timeout)]
     if stock_server:
@@ -32,6 +32,8 @@ def launch(tmp, workers, servers, *worker_args, stock_server=False, timeout=120)
     env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND=str(BOUND))
     proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout + 30)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    if allow_missing:
+        return None
     results = [dict(np.load(out / ("rank%d.npz" % r))) for r in range(workers)]
     return results
 

@@ -39,6 +39,9 @@ def main():
     ap.add_argument("--threshold", type=float, default=0.5)
     ap.add_argument("--config", default="{}")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--ckpt", default=None, help="checkpoint path (with --save-at or --resume-at)")
+    ap.add_argument("--save-at", type=int, default=None, help="save after this many steps and stop")
+    ap.add_argument("--resume-at", type=int, default=None, help="load the checkpoint, continue from this step")
     args = ap.parse_args()
     cfg = json.loads(args.config)
     import mxnet as mx
@@ -82,7 +85,18 @@ def main():
                                    threshold=args.threshold, trace=cfg.get("trace"),
                                    local_optimizer_params={"learning_rate": cfg.get("local_lr", 0.5)})
         rank = trainer.kvstore.rank
-    for t in range(args.steps):
+    first = 0
+    if args.resume_at is not None:
+        saved = np.load("%s.x%d.npz" % (args.ckpt, rank))
+        for i, p in enumerate(plist):
+            p.set_data(mx.nd.array(saved["x%d" % i]))
+        trainer.load_states(args.ckpt)
+        first = args.resume_at
+    for t in range(first, args.steps):
+        if args.save_at is not None and t == args.save_at:
+            trainer.save_states(args.ckpt)
+            np.savez("%s.x%d.npz" % (args.ckpt, rank), **{"x%d" % i: p.data().asnumpy() for i, p in enumerate(plist)})
+            break
         for i, p in enumerate(plist):
             p.grad()[:] = grad_fn(p.data().asnumpy(), rank, t, i)
         trainer.step(batch, ignore_stale_grad=True)

@@ -1,0 +1,54 @@
+"""Stop and resume gives exactly the weights of an uninterrupted run, for every algorithm."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_engine import SHAPES, STEPS, launch  # noqa: E402
+
+import cdsgd_mx  # noqa: E402
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
+def test_stop_and_resume_matches_uninterrupted_run(tmp_path, alg):
+    common = ["--algorithm", alg, "--steps", str(STEPS), "--warmup", "2", "--k", "3"]
+    whole = launch(tmp_path / "whole", 2, 2, *common)
+    ckpt = str(tmp_path / "ckpt.states")
+    launch(tmp_path / "first", 2, 2, *common, "--ckpt", ckpt, "--save-at", "5", allow_missing=True)
+    resumed = launch(tmp_path / "second", 2, 2, *common, "--ckpt", ckpt, "--resume-at", "5")
+    for r in range(2):
+        for i in range(len(SHAPES)):
+            np.testing.assert_array_equal(resumed[r]["w%d" % i], whole[r]["w%d" % i])
+            np.testing.assert_array_equal(resumed[r]["x%d" % i], whole[r]["x%d" % i])
+
+
+def test_corrupted_and_mismatched_checkpoints_give_clear_errors(tmp_path):
+    import mxnet as mx
+    from mxnet import gluon
+
+    def trainer(**kw):
+        params = gluon.ParameterDict()
+        params.get("w", shape=(10,), init=mx.init.One())
+        params.initialize()
+        args = dict(kvstore="local", algorithm="cdsgd", warmup_steps=0)
+        args.update(kw)
+        tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, **args)
+        params.get("w").grad()[:] = 0.1
+        tr.step(1, ignore_stale_grad=True)
+        return tr
+
+    path = str(tmp_path / "c.states")
+    trainer().save_states(path)
+    trainer().load_states(path)  # round trip works
+    with pytest.raises(ValueError, match="another configuration: k=3 here, 5 there"):
+        trainer(k=3).load_states(path)
+    data = open(path + ".worker0", "rb").read()
+    open(path + ".worker0", "wb").write(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="missing, corrupted or truncated"):
+        trainer().load_states(path)
+    with pytest.raises(ValueError, match="missing, corrupted or truncated"):
+        trainer().load_states(str(tmp_path / "nothing.states"))
