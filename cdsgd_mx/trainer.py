@@ -11,7 +11,6 @@ servers; the local optimizer (plain SGD by default, at the global learning rate 
 local_optimizer_params says otherwise) steps loc_buf in odsgd/cdsgd. With kvstore='local' or
 None the same semantics run in one process (N = 1, no parameter server).
 """
-import mxnet as mx
 import numpy as np
 from mxnet import gluon
 

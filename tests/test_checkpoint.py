@@ -1,5 +1,4 @@
 """Stop and resume gives exactly the weights of an uninterrupted run, for every algorithm."""
-import json
 import sys
 from pathlib import Path
 
