@@ -63,3 +63,27 @@ def test_bad_arguments(args, message):
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _netns_allowed():
+    import shutil
+    if not all(shutil.which(t) for t in ("unshare", "ip", "tc")):
+        return False
+    return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+def test_bandwidth_shapes_the_link():
+    if not _netns_allowed():
+        pytest.skip("cannot create a network namespace here (needs root or user namespaces, iproute2)")
+    # 2 MB pushed and pulled by one worker: about 0.3 s at 100 Mbit/s, milliseconds unshaped
+    body = ("kv.init(0, mx.nd.zeros(500000))\nout = mx.nd.zeros(500000)\nkv.pull(0, out=out); out.wait_to_read()\n"
+            "t0 = time.time()\nkv.push(0, mx.nd.ones(500000)); kv.pull(0, out=out); out.wait_to_read()\n"
+            "print('round', time.time() - t0, flush=True)\n")
+    times = {}
+    for rate in ("100mbit", None):
+        args = ["-n", "1", "-s", "1"] + (["--bandwidth", rate] if rate else []) + ["--"] + worker_code(body)
+        proc = run(args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        times[rate] = float([l for l in proc.stdout.splitlines() if "round" in l][0].split()[-1])
+    assert times["100mbit"] > 0.25 > times[None] * 3, times
