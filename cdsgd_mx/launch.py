@@ -28,6 +28,16 @@ EXIT_TIMEOUT = 124
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
 
 
+def describe_exit(code):
+    """'code 1', or 'signal SIGKILL' for a process killed by a signal."""
+    if code is not None and code < 0:
+        try:
+            return "signal %s" % signal.Signals(-code).name
+        except ValueError:
+            return "signal %d" % -code
+    return "code %s" % code
+
+
 def free_port(host):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -122,7 +132,7 @@ def run_job(args):
             failed = [(l, p.returncode) for l, p in job.procs if p.poll() is not None and p.returncode != 0]
             if failed:
                 label, code = failed[0]
-                job.say("%s exited with code %s; stopping the job" % (label, code))
+                job.say("%s exited with %s; stopping the job" % (label, describe_exit(code)))
                 return code if code and code > 0 else 1
             if all(p.poll() is not None for _, p in workers):
                 # workers done: scheduler and servers end once rank 0's kvstore is gone
@@ -131,7 +141,7 @@ def run_job(args):
                     time.sleep(0.05)
                 failed = [(l, p.returncode) for l, p in job.procs if p.returncode not in (0, None)]
                 if failed:
-                    job.say("%s exited with code %s" % failed[0])
+                    job.say("%s exited with %s" % (failed[0][0], describe_exit(failed[0][1])))
                     return 1
                 return 0
             if deadline and time.time() > deadline:

@@ -1,0 +1,43 @@
+"""A worker of the fault tests: trains a small model, and on request misbehaves.
+
+--fault corrupt   after 3 steps, pushes a payload the server cannot decode
+--fault die       rank 1 kills itself with SIGKILL after 3 steps
+--fault none      trains until killed (the test kills a server)
+"""
+import argparse
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fault", default="none")
+    ap.add_argument("--steps", type=int, default=100000)
+    args = ap.parse_args()
+    import mxnet as mx
+    from mxnet import gluon
+    import cdsgd_mx
+    params = gluon.ParameterDict()
+    w = params.get("w", shape=(1000,), init=mx.init.Zero())
+    params.initialize()
+    trainer = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, algorithm="bitsgd", warmup_steps=0)
+    rank = trainer.kvstore.rank
+    for t in range(args.steps):
+        w.grad()[:] = np.random.RandomState(t).randn(1000).astype(np.float32)
+        trainer.step(1, ignore_stale_grad=True)
+        trainer.wait_all()
+        print("rank %d step %d" % (rank, t), flush=True)
+        if t == 3 and args.fault == "corrupt" and rank == 0:
+            chunk = trainer.kvstore._params[0].chunks[0]
+            trainer.kvstore._backend.push_payload(chunk.payload_key, np.full(chunk.words, np.nan, np.float32))
+        if t == 3 and args.fault == "die" and rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
