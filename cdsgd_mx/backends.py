@@ -86,6 +86,22 @@ class DistBackend:
             _wait_to_write(arr)
         self.kv._barrier()
 
+    def gather_rows(self, key, row):
+        """Every worker's `row` (small float32 values, exact), as an [N, len(row)] array: each
+        worker pushes its row into a zero matrix and the server keeps the sum (assign)."""
+        n = self.num_workers
+        self.kv.init(key, mx.nd.zeros((n, len(row))))
+        self.command({"op": "assign", "keys": [key]})
+        mine = np.zeros((n, len(row)), np.float32)
+        mine[self.rank] = row
+        arr = mx.nd.array(mine)
+        self.kv.push(key, arr)
+        _wait_to_write(arr)
+        self.kv._barrier()
+        out = mx.nd.zeros((n, len(row)))
+        self.kv.pull(key, out=out)
+        return out.asnumpy()
+
     def push(self, key, value):
         self.kv.push(key, value)
 
@@ -144,6 +160,9 @@ class LocalBackend:
     def assign(self, values):
         for k, v in values.items():
             self.store[k][:] = v
+
+    def gather_rows(self, key, row):
+        return np.asarray(row, np.float32).reshape(1, -1)
 
     def register(self, chunks, threshold):
         self.server.command(json.dumps({"op": "register", "weights": [], "payloads": {

@@ -24,6 +24,7 @@ One step t of pushpull(key, grad, out=loc_buf) (Algorithm 1, per parameter):
 import atexit
 import json
 import os
+import zlib
 
 import mxnet as mx
 import numpy as np
@@ -109,6 +110,8 @@ class CDSGD(KVStoreBase):
         self._planner_sizes = []
         self._layout = None
         self._registered = set()     # weight keys whose payload key the servers know
+        self._agreed = False         # the start-up configuration check ran
+        self.param_names = None      # set by the Trainer, for the start-up check
         self._comm = Communicator()
         atexit.register(self.close)  # stop the communication thread before MXNet shuts down
         self.tracer = Tracer(trace, pid=self._backend.rank)
@@ -280,8 +283,33 @@ class CDSGD(KVStoreBase):
                 "num_servers": self._backend.num_servers, "format": "cdsgd-mx checkpoint 1"}
 
     # ---- the algorithm ---------------------------------------------------------------------
+    def _check_agreement(self):
+        """Before any training: every worker must run the same algorithm, k, warm-up,
+        threshold and parameters; a mismatch would silently train something else."""
+        shapes = json.dumps([list(self._params[k].shape) for k in sorted(self._params)])
+        names = json.dumps(list(self.param_names or []))
+        fields = ["algorithm", "k", "warmup_steps", "threshold", "number of parameters",
+                  "parameter shapes", "parameter names"]
+        mine = [ALGORITHMS.index(self.algorithm), self.k, self.warmup_steps, np.float32(self.threshold),
+                len(self._params), zlib.crc32(shapes.encode()) & 0xFFFF, zlib.crc32(names.encode()) & 0xFFFF]
+        rows = self._backend.gather_rows(protocol.CONFIG_KEY, np.array(mine, np.float32))
+        problems = []
+        for i, field in enumerate(fields):
+            values = rows[:, i]
+            if np.any(values != values[0]):
+                shown = [ALGORITHMS[int(v)] if i == 0 else (float(v) if i == 3 else int(v)) for v in values]
+                if i >= 5:
+                    problems.append("%s differ" % field)
+                else:
+                    problems.append("%s is %s" % (field, ", ".join("%r on rank %d" % (v, r) for r, v in enumerate(shown))))
+        if problems:
+            raise ConfigError("workers disagree on the configuration: " + "; ".join(problems))
+
     def _ensure_registered(self):
         """Pair every new payload key with its weight on the servers (once per chunk)."""
+        if not self._agreed:
+            self._check_agreement()
+            self._agreed = True
         new = [c for s in self._params.values() for c in s.chunks if c.weight_key not in self._registered]
         if new and self.algorithm in COMPRESSING:
             self._backend.register(new, self.threshold)

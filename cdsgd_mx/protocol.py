@@ -64,6 +64,9 @@ class Layout:
         return load
 
 
+CONFIG_KEY = 1 << 30  # far above any parameter's keys: the start-up agreement check
+
+
 def max_chunk(bound, num_workers):
     """Largest chunk whose weight key and payload key both stay below the bound."""
     by_weight = bound - 1

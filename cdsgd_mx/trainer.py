@@ -41,6 +41,7 @@ class Trainer(gluon.Trainer):
                             kvstore=kvstore or "local", local_optimizer=local_optimizer,
                             local_optimizer_params=local_optimizer_params, trace=trace)
         self._cdsgd.driven_by_trainer = True
+        self._cdsgd.param_names = [p.name for p in plist]
         super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=True)
         self._steps = 0
 

@@ -78,3 +78,16 @@ def test_killed_server_stops_everyone_within_60s():
     assert took < 60
     time.sleep(0.5)
     assert job_pids() == []
+
+
+def test_configuration_mismatch_across_workers_is_refused_before_training(tmp_path):
+    import json
+    engine = os.path.join(ROOT, "tests", "workers", "engine_worker.py")
+    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "60", "--",
+           sys.executable, engine, "--algorithm", "cdsgd", "--k", "3", "--out", str(tmp_path),
+           "--config", json.dumps({"k_by_index": 1})]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert proc.returncode != 0
+    assert "workers disagree on the configuration: k is" in proc.stdout
+    assert "3 on rank" in proc.stdout and "4 on rank" in proc.stdout
+    assert not list(tmp_path.glob("rank*.npz"))  # nothing trained

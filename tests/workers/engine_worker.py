@@ -81,7 +81,9 @@ def main():
     else:
         import cdsgd_mx
         trainer = cdsgd_mx.Trainer(params, "sgd", opt_params, kvstore=cfg.get("kvstore", "dist_sync"),
-                                   algorithm=args.algorithm, k=args.k, warmup_steps=args.warmup,
+                                   algorithm=args.algorithm,
+                                   k=args.k + int(os.environ.get("CDSGD_LAUNCH_INDEX", 0)) * cfg.get("k_by_index", 0),
+                                   warmup_steps=args.warmup,
                                    threshold=args.threshold, trace=cfg.get("trace"),
                                    local_optimizer_params={"learning_rate": cfg.get("local_lr", 0.5)})
         rank = trainer.kvstore.rank
