@@ -89,6 +89,11 @@ def wire_decode(wire, packed, threads=None):
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
 
 
+def count_nonfinite(x, threads=None):
+    """Number of NaN/Inf values in x (float32): the Trainer's check before a push."""
+    return _native.count_nonfinite(_array(x, False), _threads(threads))
+
+
 def set_num_threads(threads):
     """Threads the CPU kernels use when a call passes threads=None (default 1)."""
     _native.set_num_threads(_threads(threads))

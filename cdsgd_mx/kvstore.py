@@ -43,7 +43,10 @@ class ConfigError(ValueError):
     """A bad argument: the message names it and the allowed values."""
 
 
-def check_config(algorithm, k, warmup_steps, threshold, kvstore):
+NONFINITE_POLICIES = ("error", "skip")
+
+
+def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error"):
     if algorithm not in ALGORITHMS:
         raise ConfigError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -55,6 +58,8 @@ def check_config(algorithm, k, warmup_steps, threshold, kvstore):
         raise ConfigError("threshold must be a finite number > 0, got %r" % (threshold,))
     if kvstore is not None and kvstore not in KVSTORE_TYPES:
         raise ConfigError("kvstore must be one of %s or None, got %r" % (", ".join(KVSTORE_TYPES), kvstore))
+    if nonfinite not in NONFINITE_POLICIES:
+        raise ConfigError("nonfinite must be one of %s, got %r" % (", ".join(NONFINITE_POLICIES), nonfinite))
 
 
 # ---- per-parameter state -------------------------------------------------------------------
@@ -90,11 +95,17 @@ class CDSGD(KVStoreBase):
     local_optimizer, local_optimizer_params: the optimizer of the local update (default plain
         'sgd' with the global learning rate; eq. 11 of the paper)
     trace: path of a chrome-trace JSON file written by save_trace() (None: no tracing)
+    nonfinite: what a NaN/Inf gradient does (checked by check_gradients, which the Trainer
+        calls every step): 'error' (default) stops with an error naming the parameter and the
+        step; 'skip' drops that step's global update on every server for every parameter, and
+        the worker's local update and residual stay untouched: no weight or residual is poisoned
     """
 
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
-                 local_optimizer="sgd", local_optimizer_params=None, trace=None):
-        check_config(algorithm, k, warmup_steps, threshold, kvstore)
+                 local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error"):
+        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite)
+        self.nonfinite = nonfinite
+        self._poisoned = False  # this step carries a non-finite gradient: push markers only
         self.algorithm = algorithm
         self.k = int(k)
         self.warmup_steps = int(warmup_steps)
@@ -188,9 +199,9 @@ class CDSGD(KVStoreBase):
         t = state.t
         state.t += 1
         if self.schedule.delayed(t):
-            self._delayed_step(state, t, grad, loc_buf)
+            self._delayed_step(state, t, grad, loc_buf, self._poisoned)
         else:
-            self._sync_step(state, t, grad, loc_buf)
+            self._sync_step(state, t, grad, loc_buf, self._poisoned)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save_optimizer_states(self, fname, dump_optimizer=False):
@@ -288,22 +299,38 @@ class CDSGD(KVStoreBase):
         threshold and parameters; a mismatch would silently train something else."""
         shapes = json.dumps([list(self._params[k].shape) for k in sorted(self._params)])
         names = json.dumps(list(self.param_names or []))
-        fields = ["algorithm", "k", "warmup_steps", "threshold", "number of parameters",
+        fields = ["algorithm", "k", "warmup_steps", "threshold", "nonfinite", "number of parameters",
                   "parameter shapes", "parameter names"]
         mine = [ALGORITHMS.index(self.algorithm), self.k, self.warmup_steps, np.float32(self.threshold),
+                NONFINITE_POLICIES.index(self.nonfinite),
                 len(self._params), zlib.crc32(shapes.encode()) & 0xFFFF, zlib.crc32(names.encode()) & 0xFFFF]
         rows = self._backend.gather_rows(protocol.CONFIG_KEY, np.array(mine, np.float32))
         problems = []
         for i, field in enumerate(fields):
             values = rows[:, i]
             if np.any(values != values[0]):
-                shown = [ALGORITHMS[int(v)] if i == 0 else (float(v) if i == 3 else int(v)) for v in values]
-                if i >= 5:
+                shown = [ALGORITHMS[int(v)] if i == 0 else NONFINITE_POLICIES[int(v)] if i == 4
+                         else float(v) if i == 3 else int(v) for v in values]
+                if i >= 6:
                     problems.append("%s differ" % field)
                 else:
                     problems.append("%s is %s" % (field, ", ".join("%r on rank %d" % (v, r) for r, v in enumerate(shown))))
         if problems:
             raise ConfigError("workers disagree on the configuration: " + "; ".join(problems))
+        self._backend.command({"op": "policy", "nonfinite": self.nonfinite})
+
+    def check_gradients(self, grads, step, names=None):
+        """Apply the non-finite policy to this step's gradients ({key: grad}) before anything
+        is pushed or any weight moves."""
+        bad = {k: codec.count_nonfinite(g) for k, g in grads.items()}
+        bad = {k: n for k, n in bad.items() if n}
+        self._poisoned = bool(bad)
+        if bad and self.nonfinite == "error":
+            k, n = next(iter(bad.items()))
+            name = names[k] if names else k
+            raise FloatingPointError("non-finite gradient in parameter %s at step %d (%d values); "
+                                     "nonfinite='skip' drops such steps instead" % (name, step, n))
+        return sorted(bad)
 
     def _ensure_registered(self):
         """Pair every new payload key with its weight on the servers (once per chunk)."""
@@ -315,18 +342,18 @@ class CDSGD(KVStoreBase):
             self._backend.register(new, self.threshold)
         self._registered.update(c.weight_key for c in new)
 
-    def _sync_step(self, state, t, grad, loc_buf):
+    def _sync_step(self, state, t, grad, loc_buf, poisoned):
         """x(t+1) = W(t+1): push g(t), pull the new global weight into loc_buf."""
         if state.in_flight is not None:  # cannot happen with the schedules above; kept safe
             self._comm.wait(state.in_flight)
             state.in_flight = None
-        self._comm.submit(lambda: self._round(state, t, _flat(grad), _flat(loc_buf)),
+        self._comm.submit(lambda: self._round(state, t, _flat(grad), _flat(loc_buf), poisoned),
                           "step %d of parameter %s" % (t, state.index))
         self._sync_submitted = True
         if not self.driven_by_trainer:
             self._comm.drain()  # the Trainer waits once per step instead (finish_step)
 
-    def _delayed_step(self, state, t, grad, loc_buf):
+    def _delayed_step(self, state, t, grad, loc_buf, poisoned):
         """x(t+1) = W(t) - local step with g(t); round t goes on in the background."""
         with self.tracer.span("wait W(t)", param=state.index, step=t):
             if state.in_flight is not None:
@@ -334,22 +361,29 @@ class CDSGD(KVStoreBase):
                 loc_buf[:] = state.comm_buf         # engine orders this after that pull
             # else: the previous step was synchronous, loc_buf already holds W(t)
         with self.tracer.span("local update", param=state.index, step=t):
-            self._local_updater(state.index, grad, loc_buf)   # eq. 11
-            grad.copyto(state.comm_buf)                       # comm_buf = g(t)
+            if poisoned:  # a skipped step leaves x(t+1) = W(t); every push carries NaN
+                state.comm_buf[:] = np.nan
+            else:
+                self._local_updater(state.index, grad, loc_buf)   # eq. 11
+                grad.copyto(state.comm_buf)                       # comm_buf = g(t)
         comm_flat = _flat(state.comm_buf)
-        state.in_flight = self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat),
+        state.in_flight = self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat, poisoned),
                                             "step %d of parameter %s" % (t, state.index))
         if not self.driven_by_trainer:
             self._comm.flush()  # do not wait: the round finishes in the background
 
-    def _round(self, state, t, grad_flat, pull_flat):
+    def _round(self, state, t, grad_flat, pull_flat, poisoned=False):
         """Communication thread, push phase: push g(t) (codes or fp32) chunk by chunk. Returns
         the finish phase (pull W(t+1)) for codes; an fp32 push is followed by its pull at once,
         since MXNet orders a pull after a push of the same key."""
         compressed = self.schedule.compressed(t)
         pushed = 0
         for i, c in enumerate(state.chunks):
-            if compressed:
+            if compressed and poisoned:  # a NaN row: the servers skip this update (residual untouched)
+                state.wire[i][:] = np.nan
+                self._backend.push_payload(c.payload_key, state.wire[i])
+                pushed += state.wire[i].nbytes + 8
+            elif compressed:
                 with self.tracer.span("quantize", param=state.index, step=t):
                     bad = codec.quantize(grad_flat[c.begin:c.end], state.residual[c.begin:c.end],
                                          state.sml_buf[i], self.threshold)
@@ -362,7 +396,10 @@ class CDSGD(KVStoreBase):
                 pushed += state.wire[i].nbytes + 8  # + the row index
             else:
                 with self.tracer.span("push fp32", param=state.index, step=t):
-                    self._backend.push(c.weight_key, grad_flat[c.begin:c.end])
+                    value = grad_flat[c.begin:c.end]
+                    if poisoned:  # NaN makes the servers' sum non-finite: they skip the update
+                        value = mx.nd.full((c.size,), np.nan)
+                    self._backend.push(c.weight_key, value)
                 pushed += 4 * c.size
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed

@@ -21,12 +21,14 @@ DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few h
 
 class Trainer(gluon.Trainer):
     """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
-    local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None."""
+    local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None,
+    nonfinite='error' (or 'skip': see CDSGD)."""
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="dist_sync", algorithm="cdsgd",
                  k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",
-                 local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None):
-        check_config(algorithm, k, warmup_steps, threshold, kvstore)
+                 local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None,
+                 nonfinite="error"):
+        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite)
         if compression_params:
             raise ConfigError("compression_params: use algorithm='bitsgd' or 'cdsgd' and threshold= instead")
         if update_on_kvstore is False:
@@ -39,7 +41,8 @@ class Trainer(gluon.Trainer):
                 raise ConfigError("parameter %s: dtype must be float32, got %s" % (p.name, np.dtype(p.dtype).name))
         self._cdsgd = CDSGD(algorithm=algorithm, k=k, warmup_steps=warmup_steps, threshold=threshold,
                             kvstore=kvstore or "local", local_optimizer=local_optimizer,
-                            local_optimizer_params=local_optimizer_params, trace=trace)
+                            local_optimizer_params=local_optimizer_params, trace=trace,
+                            nonfinite=nonfinite)
         self._cdsgd.driven_by_trainer = True
         self._cdsgd.param_names = [p.name for p in plist]
         super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=True)
@@ -61,6 +64,8 @@ class Trainer(gluon.Trainer):
 
     def step(self, batch_size, ignore_stale_grad=False):
         with self._cdsgd.tracer.span("step", step=self._steps):
+            grads = {i: p.list_grad()[0] for i, p in enumerate(self._params) if p.grad_req != "null"}
+            self._cdsgd.check_gradients(grads, self._steps, [p.name for p in self._params])
             super().step(batch_size, ignore_stale_grad)
             self._cdsgd.finish_step()
         self._steps += 1

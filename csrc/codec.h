@@ -36,6 +36,9 @@ void wire_encode(const uint32_t* packed, uint32_t* wire, int64_t nwords, int thr
 // (those decode to 0 words); the caller treats any as a corrupt payload.
 int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int threads);
 
+// Number of NaN/Inf values among x[0..n).
+int64_t count_nonfinite(const float* x, int64_t n, int threads);
+
 // Threads used when a call passes threads <= 0.
 int default_threads();
 void set_default_threads(int threads);

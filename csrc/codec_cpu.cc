@@ -156,6 +156,17 @@ int64_t wire_decode_range(const uint32_t* wire, uint32_t* packed, int64_t begin,
   return invalid;
 }
 
+CDSGD_CLONES
+int64_t count_nonfinite_range(const float* x, int64_t begin, int64_t end) {
+  int64_t bad = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    bad += (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  return bad;
+}
+
 // Thread ranges for value kernels are multiples of 256 values: whole 64-byte lines of codes.
 constexpr int64_t kValueAlign = 256;
 constexpr int64_t kWordAlign = 16;
@@ -193,6 +204,12 @@ int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int 
   parallel_for(nwords, kWordAlign, threads,
                [&](int64_t b, int64_t e) { invalid += wire_decode_range(wire, packed, b, e); });
   return invalid.load();
+}
+
+int64_t count_nonfinite(const float* x, int64_t n, int threads) {
+  std::atomic<int64_t> bad{0};
+  parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) { bad += count_nonfinite_range(x, b, e); });
+  return bad.load();
 }
 
 }  // namespace cdsgd

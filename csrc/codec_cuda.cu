@@ -136,6 +136,15 @@ __global__ void wire_decode_kernel(const uint32_t* __restrict__ wire, uint32_t* 
   }
 }
 
+__global__ void count_nonfinite_kernel(const float* __restrict__ x, int64_t n, unsigned long long* bad) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  unsigned long long mine = 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    mine += (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+  for (int offset = 16; offset > 0; offset >>= 1) mine += __shfl_xor_sync(0xffffffffu, mine, offset);
+  if (threadIdx.x % 32 == 0 && mine) atomicAdd(bad, mine);
+}
+
 int64_t read_counter(DeviceContext& c) {
   unsigned long long host = 0;
   check(cudaMemcpyAsync(&host, c.counter, sizeof(host), cudaMemcpyDeviceToHost, c.stream), "cudaMemcpyAsync");
@@ -191,6 +200,16 @@ int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int 
   check(cudaMemsetAsync(c.counter, 0, sizeof(unsigned long long), c.stream), "cudaMemsetAsync");
   wire_decode_kernel<<<blocks_for(nwords), kThreads, 0, c.stream>>>(wire, packed, nwords, c.counter);
   check(cudaGetLastError(), "wire_decode_kernel");
+  return read_counter(c);
+}
+
+int64_t count_nonfinite(const float* x, int64_t n, int device) {
+  if (n == 0) return 0;
+  DeviceGuard guard(device);
+  DeviceContext& c = context(device);
+  check(cudaMemsetAsync(c.counter, 0, sizeof(unsigned long long), c.stream), "cudaMemsetAsync");
+  count_nonfinite_kernel<<<blocks_for(n), kThreads, 0, c.stream>>>(x, n, c.counter);
+  check(cudaGetLastError(), "count_nonfinite_kernel");
   return read_counter(c);
 }
 

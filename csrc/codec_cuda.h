@@ -16,6 +16,7 @@ void dequantize_2bit(const uint32_t* packed, float* out, int64_t n, float thresh
                      int device);
 void wire_encode(const uint32_t* packed, uint32_t* wire, int64_t nwords, int device);
 int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int device);
+int64_t count_nonfinite(const float* x, int64_t n, int device);
 
 }  // namespace cuda
 }  // namespace cdsgd

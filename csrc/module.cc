@@ -224,6 +224,21 @@ int64_t wire_decode(py::handle wire, py::handle packed, int threads) {
   return cdsgd::wire_decode(wp, pp, w.size, threads);
 }
 
+int64_t count_nonfinite(py::handle x, int threads) {
+  View v = view("x", kFloat32, x, false);
+  auto* xp = static_cast<const float*>(v.data);
+  py::gil_scoped_release nogil;
+#ifdef CDSGD_WITH_CUDA
+  if (v.gpu) return cdsgd::cuda::count_nonfinite(xp, v.size, v.device);
+#else
+  if (v.gpu) {
+    py::gil_scoped_acquire gil;
+    throw py::value_error("x is a GPU array but cdsgd_mx was built without CUDA");
+  }
+#endif
+  return cdsgd::count_nonfinite(xp, v.size, threads);
+}
+
 int cuda_device_count() {
 #ifdef CDSGD_WITH_CUDA
   return cdsgd::cuda::device_count();
@@ -242,6 +257,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("accumulate") = false, py::arg("threads") = 0);
   m.def("wire_encode", &wire_encode, py::arg("packed"), py::arg("wire"), py::arg("threads") = 0);
   m.def("wire_decode", &wire_decode, py::arg("wire"), py::arg("packed"), py::arg("threads") = 0);
+  m.def("count_nonfinite", &count_nonfinite, py::arg("x"), py::arg("threads") = 0);
   m.def("set_num_threads", &cdsgd::set_default_threads);
   m.def("get_num_threads", &cdsgd::default_threads);
   m.def("cuda_device_count", &cuda_device_count);

@@ -20,8 +20,11 @@ def delayed(alg, t, n):
     return alg in ("odsgd", "cdsgd") and t >= n - 1
 
 
-def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch):
-    """init: list of arrays; grad_fn(x, rank, t, index). Returns (x per rank, W) per parameter."""
+def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch, poisoned=()):
+    """init: list of arrays; grad_fn(x, rank, t, index). Returns (x per rank, W) per parameter.
+    poisoned: (rank, step) pairs where that worker's gradient is non-finite under
+    nonfinite='skip': no global update at that step, and that worker neither steps its local
+    weights nor touches its residual."""
     f32 = np.float32
     rescale = f32(1.0 / batch)
     lr_rescale, local_rescale = f32(lr) * rescale, f32(local_lr) * rescale
@@ -32,11 +35,14 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
     res = [[np.zeros(a.size, f32) for a in W] for _ in range(workers)]
     for t in range(steps):
         comp = compressed(alg, t, n, k)
+        skip = any(s == t for _, s in poisoned)
         for i in range(P):
             grads = [grad_fn(x[r][i], r, t, i) for r in range(workers)]
             total = np.zeros(W[i].size, f32)  # sums of 1/64-grid values and +-t: exact in any order
             for r in range(workers):
                 g = grads[r].reshape(-1)
+                if (r, t) in poisoned:
+                    continue
                 if comp:
                     packed, res[r][i] = ref.quantize(g, res[r][i], threshold)
                     total += ref.dequantize(packed, g.size, threshold)
@@ -45,10 +51,15 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
             total = total.reshape(W[i].shape)
             W_t = W[i]
             # float32, in the order of MXNet's sgd_mom_update (wd = 0) and sgd_update kernels
-            mom[i] = f32(momentum) * mom[i] - lr_rescale * total
-            W_next = W_t + mom[i]
+            if skip:
+                W_next = W_t.copy()
+            else:
+                mom[i] = f32(momentum) * mom[i] - lr_rescale * total
+                W_next = W_t + mom[i]
             for r in range(workers):
-                if delayed(alg, t, n):
+                if delayed(alg, t, n) and (r, t) in poisoned:
+                    x[r][i] = W_t.copy()
+                elif delayed(alg, t, n):
                     x[r][i] = W_t - local_rescale * grads[r]
                 else:
                     x[r][i] = W_next.copy()

@@ -311,3 +311,14 @@ def test_ndarray_sparse_is_refused():
     rs = mx.nd.zeros((4, 8), stype="row_sparse")
     with pytest.raises(TypeError, match="only dense NDArrays"):
         codec.quantize(rs, mx.nd.zeros(32), mx.nd.zeros(2), T)
+
+
+@pytest.mark.parametrize("n", [0, 1, 17, 4097, (1 << 18) * 2 + 5])
+def test_count_nonfinite(n):
+    x = np.random.default_rng(n).normal(size=n).astype(np.float32)
+    bad = np.random.default_rng(n + 1).choice(n, size=min(n, 7), replace=False) if n else []
+    for j, i in enumerate(bad):
+        x[i] = [np.nan, np.inf, -np.inf][j % 3]
+    assert codec.count_nonfinite(x, threads=2) == len(bad)
+    with pytest.raises(TypeError, match="x must be float32"):
+        codec.count_nonfinite(x.astype(np.float64))

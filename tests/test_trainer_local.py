@@ -125,5 +125,5 @@ def test_non_finite_gradient_stops_with_the_parameter_and_step():
     for p in plist:
         p.grad()[:] = 0.1
     plist[2].grad()[:] = np.nan
-    with pytest.raises(Exception, match="non-finite gradient in parameter 2 at step 0"):
+    with pytest.raises(FloatingPointError, match="non-finite gradient in parameter p2 at step 0"):
         tr.step(1, ignore_stale_grad=True)

@@ -85,6 +85,7 @@ def main():
                                    k=args.k + int(os.environ.get("CDSGD_LAUNCH_INDEX", 0)) * cfg.get("k_by_index", 0),
                                    warmup_steps=args.warmup,
                                    threshold=args.threshold, trace=cfg.get("trace"),
+                                   nonfinite=cfg.get("nonfinite", "error"),
                                    local_optimizer_params={"learning_rate": cfg.get("local_lr", 0.5)})
         rank = trainer.kvstore.rank
     first = 0
@@ -100,7 +101,10 @@ def main():
             np.savez("%s.x%d.npz" % (args.ckpt, rank), **{"x%d" % i: p.data().asnumpy() for i, p in enumerate(plist)})
             break
         for i, p in enumerate(plist):
-            p.grad()[:] = grad_fn(p.data().asnumpy(), rank, t, i)
+            g = grad_fn(p.data().asnumpy(), rank, t, i)
+            if [rank, t] in cfg.get("nan_at", []) and i == 1:
+                g[0, 0] = np.nan  # a non-finite gradient in one parameter of this worker
+            p.grad()[:] = g
         trainer.step(batch, ignore_stale_grad=True)
     if args.mode == "stock":
         mx.nd.waitall()
