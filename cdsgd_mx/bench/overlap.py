@@ -136,9 +136,13 @@ def leader(args):
         next(iter(results.values()))["params"], args.batch, args.k))
     print("communication per step, measured alone: fp32 round (phi) %.1f ms, 2-bit round (psi + delta) %.1f ms;"
           " CD-SGD mean ((k-1)(psi+delta) + phi)/k = %.1f ms" % (phi, psi, comm_cd))
-    print("%-8s %12s %12s %16s" % ("algorithm", "iter ms", "compute ms", "pushed KB/step"))
+    from .. import timemodel
+    tau = sum(r["compute_ms"] for r in results.values()) / len(results)
+    predicted = timemodel.predict(timemodel.calibrate(tau, phi, psi), args.k)
+    print("%-8s %12s %16s %12s %16s" % ("algorithm", "iter ms", "model (eqs 2-7)", "compute ms", "pushed KB/step"))
     for alg, r in results.items():
-        print("%-8s %12.1f %12.1f %16.1f" % (alg, r["iter_ms"], r["compute_ms"], r["bytes_per_step"] / 1e3))
+        print("%-8s %12.1f %16.1f %12.1f %16.1f" % (alg, r["iter_ms"], predicted[alg], r["compute_ms"],
+                                                   r["bytes_per_step"] / 1e3))
     if "cdsgd" in results:
         cd = results["cdsgd"]
         bound = max(cd["compute_ms"], comm_cd)

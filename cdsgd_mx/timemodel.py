@@ -1,0 +1,92 @@
+"""The paper's time-cost model (section 3.3, eqs. 2-9), its calibration, and the choice of k.
+
+Symbols (Table 1): tau = computation (forward + backward) per iteration; phi = uncompressed
+communication per iteration; psi = compressed communication per iteration; delta = the extra
+time compression costs. All in the same unit (ms in this project).
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Costs:
+    tau: float    # computation per iteration
+    phi: float    # fp32 communication per iteration
+    psi: float    # 2-bit communication per iteration
+    delta: float  # compression overhead per iteration
+
+    def __post_init__(self):
+        for name in ("tau", "phi", "psi", "delta"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError("%s must be a number >= 0, got %r" % (name, value))
+
+
+def t_ssgd(c):
+    """eq. 2: T = tau + phi."""
+    return c.tau + c.phi
+
+
+def t_loc(c):
+    """eq. 4: the local update (OD-SGD) hides the shorter of computation and communication."""
+    return c.tau if c.tau > c.phi else c.phi
+
+
+def t_bit(c):
+    """eq. 5: T = tau + delta + psi."""
+    return c.tau + c.delta + c.psi
+
+
+def phi_cd(c, i, k):
+    """eq. 6: CD-SGD's communication in iteration i: compressed unless i mod k == 0."""
+    return c.delta + c.psi if i % k != 0 else c.phi
+
+
+def t_cd(c, i, k):
+    """eq. 7: CD-SGD's iteration i costs tau when computation dominates, else its communication."""
+    comm = phi_cd(c, i, k)
+    if c.tau > comm:
+        return c.tau
+    return c.delta + c.psi if i % k != 0 else c.phi
+
+
+def saving_vs_loc(c, i, k):
+    """eq. 8: T^loc - T^cd for iteration i."""
+    return t_loc(c) - t_cd(c, i, k)
+
+
+def saving_vs_bit(c, i, k):
+    """eq. 9: T^bit - T^cd for iteration i."""
+    return t_bit(c) - t_cd(c, i, k)
+
+
+def mean_t_cd(c, k):
+    """CD-SGD's mean iteration time over one period of k iterations; when communication
+    dominates it is ((k-1)(delta+psi) + phi) / k, the paper's theoretical average."""
+    return sum(t_cd(c, i, k) for i in range(k)) / k
+
+
+def predict(c, k):
+    """Predicted mean iteration time of each algorithm."""
+    return {"ssgd": t_ssgd(c), "bitsgd": t_bit(c), "odsgd": t_loc(c), "cdsgd": mean_t_cd(c, k)}
+
+
+def calibrate(compute_ms, fp32_round_ms, compressed_round_ms, compress_ms=0.0):
+    """Costs from measurements: tau = forward/backward alone; phi = an fp32 round alone;
+    psi = a 2-bit round alone minus the compression time in it; delta = that compression time
+    (quantize + wire encode; from the codec benchmark or a trace)."""
+    psi = max(0.0, compressed_round_ms - compress_ms)
+    return Costs(tau=compute_ms, phi=fp32_round_ms, psi=psi, delta=compress_ms)
+
+
+def choose_k(c, tolerance=0.05, k_max=64):
+    """k: auto. The smallest k (the most fp32 corrections, i.e. closest to S-SGD's accuracy)
+    whose mean iteration time is within `tolerance` of the fastest k up to k_max."""
+    if not tolerance >= 0:
+        raise ValueError("tolerance must be a number >= 0, got %r" % (tolerance,))
+    if int(k_max) < 1:
+        raise ValueError("k_max must be >= 1, got %r" % (k_max,))
+    best = min(mean_t_cd(c, k) for k in range(1, int(k_max) + 1))
+    for k in range(1, int(k_max) + 1):
+        if mean_t_cd(c, k) <= (1 + tolerance) * best:
+            return k
+    return int(k_max)
