@@ -1,0 +1,2 @@
+"""Experiments: configuration, models, data and metrics behind scripts/train.py and
+scripts/reproduce.py."""
