@@ -116,10 +116,10 @@ class CDSGD(KVStoreBase):
         self._local_name = local_optimizer
         self._local_params = dict(local_optimizer_params or {})
         self._optimizer = None
+        self._local_optimizer = None
         self._local_updater = None
         self._params = {}
         self._planner_sizes = []
-        self._layout = None
         self._registered = set()     # weight keys whose payload key the servers know
         self._agreed = False         # the start-up configuration check ran
         self.param_names = None      # set by the Trainer, for the start-up check
@@ -171,7 +171,6 @@ class CDSGD(KVStoreBase):
         self._planner_sizes.append(int(np.prod(value.shape)))
         layout = protocol.plan(self._planner_sizes, self.num_workers, self._backend.num_servers)
         chunks = layout.of_param(len(self._planner_sizes) - 1)
-        self._layout = layout
         state = ParamState(key, value.shape, chunks, self.algorithm in COMPRESSING)
         self._params[key] = state
         flat = _flat(value)
