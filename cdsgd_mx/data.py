@@ -75,6 +75,61 @@ def load_mnist(data_dir=None):
     return prep(xtr), np.asarray(ytr, np.float32), prep(xte), np.asarray(yte, np.float32), source
 
 
+FASHION_DIRS = ["/usr/share/datasets/fashion-mnist"]
+FASHION_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
+
+
+def _read_idx(path):
+    """An IDX file (gzipped): images [n, rows, cols] or labels [n] as uint8."""
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def _fetch_fashion(dest):
+    """Debian's dataset-fashion-mnist, unpacked (no root needed) into dest."""
+    os.makedirs(dest, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        print("data: fetching Fashion-MNIST (Debian package dataset-fashion-mnist, 31 MB) ...",
+              file=sys.stderr, flush=True)
+        subprocess.check_call(["apt-get", "download", "-q", "dataset-fashion-mnist"], cwd=tmp,
+                              stdout=subprocess.DEVNULL)
+        deb = [f for f in os.listdir(tmp) if f.endswith(".deb")][0]
+        subprocess.check_call(["dpkg", "-x", os.path.join(tmp, deb), os.path.join(tmp, "x")])
+        src = os.path.join(tmp, "x", "usr", "share", "datasets", "fashion-mnist")
+        for name in FASHION_FILES:
+            os.replace(os.path.join(src, name), os.path.join(dest, name))
+
+
+def load_fashion_mnist(data_dir=None):
+    """Fashion-MNIST as load_mnist returns MNIST, from DIR, the Debian package's folder, the
+    cache, or Debian's package fetched with apt-get download."""
+    dirs = ([data_dir] if data_dir else []) + FASHION_DIRS + [os.path.join(cache_dir(), "fashion-mnist")]
+    found = next((d for d in dirs if all(os.path.exists(os.path.join(d, f)) for f in FASHION_FILES)), None)
+    if found is None:
+        found = os.path.join(cache_dir(), "fashion-mnist")
+        _fetch_fashion(found)
+    xtr, ytr, xte, yte = (_read_idx(os.path.join(found, f)) for f in FASHION_FILES)
+
+    def prep(x):
+        return ((x.astype(np.float32) / 255.0 - FASHION_MEAN) / FASHION_STD).reshape(-1, 1, 28, 28)
+
+    return prep(xtr), ytr.astype(np.float32), prep(xte), yte.astype(np.float32), "Fashion-MNIST (%s)" % found
+
+
+def synthetic(shape, classes, n, seed=0):
+    """Random inputs of the model's shape, for speed-only runs (time does not depend on
+    values). Returns (x, y, source)."""
+    rng = np.random.RandomState(seed)
+    x = rng.standard_normal((n,) + tuple(shape)).astype(np.float32)
+    y = rng.randint(0, classes, n).astype(np.float32)
+    return x, y, "synthetic %s inputs" % "x".join(map(str, shape))
+
+
 def shard(n, rank, num_workers):
     """Indices of rank's shard of n samples: disjoint across ranks, together complete."""
     if not 0 <= rank < num_workers:
