@@ -432,6 +432,13 @@ class CDSGD(KVStoreBase):
             self._comm.wait(flush)
         self._sync_submitted = False
 
+    def push_bytes_of_step(self, t):
+        """Bytes this worker pushes at step t by the schedule and the layout (what _round
+        counts into bytes_by_step once the step's rounds have run)."""
+        compressed = self.schedule.compressed(t)
+        return sum((4 * c.words + 8) if compressed else 4 * c.size
+                   for st in self._params.values() for c in st.chunks)
+
     def wait_all(self):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""
         self._comm.drain()

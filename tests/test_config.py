@@ -40,6 +40,11 @@ def test_each_invalid_field_gives_its_message(field, value, message):
     assert "\n" not in str(err.value)
 
 
+def test_auto_k_needs_costs():
+    with pytest.raises(C.ConfigError, match="k: auto needs costs"):
+        C.validate({"iterations": 5, "k": "auto"})
+
+
 def test_unknown_fields_and_epoch_iteration_rules():
     with pytest.raises(C.ConfigError, match="unknown field lrr .allowed: model, dataset"):
         C.validate({"lrr": 0.1, "iterations": 5})
@@ -54,7 +59,7 @@ def test_unknown_fields_and_epoch_iteration_rules():
 def test_yaml_and_overrides(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("model: resnet50\ndataset: imagenet\nepochs: 90\nlr_steps: [30, 60, 80]\nk: 5\n")
-    cfg = C.load(str(path), ["k=auto", "workers=4", "bandwidth=1gbit"])
+    cfg = C.load(str(path), ["k=auto", "costs=c.json", "workers=4", "bandwidth=1gbit"])
     assert (cfg.model, cfg.epochs, cfg.lr_steps, cfg.k, cfg.workers, cfg.bandwidth) == \
         ("resnet50", 90, [30, 60, 80], "auto", 4, "1gbit")
     with pytest.raises(C.ConfigError, match="override 'k' must look like field=value"):
@@ -72,6 +77,7 @@ valid = st.fixed_dictionaries({
     "servers": st.integers(1, 16), "batch_size": st.integers(1, 1024),
     "lr": st.floats(1e-6, 10), "momentum": st.floats(0, 0.99), "k": st.one_of(st.integers(1, 100), st.just("auto")),
     "warmup_steps": st.integers(0, 10000), "threshold": st.floats(1e-4, 10), "epochs": st.integers(1, 200),
+    "costs": st.just("costs.json"),
     "lr_steps": st.lists(st.integers(0, 200), unique=True).map(sorted),
     "bandwidth": st.sampled_from([None, "100mbit", "1gbit", "10gbit"]),
 })

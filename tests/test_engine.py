@@ -92,4 +92,5 @@ def test_bytes_pushed_match_the_wire_format(tmp_path):
     want = [codes if (t >= WARMUP and (t - WARMUP) % K != 0) else fp32 for t in range(STEPS)]
     for r in range(2):
         assert got[r]["bytes"].tolist() == want
+        assert got[r]["bytes_expected"].tolist() == want  # the kvstore's own accounting agrees
     assert codes * 10 < fp32  # 0.25 B/value (+ row indices) against 4

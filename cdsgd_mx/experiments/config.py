@@ -46,6 +46,8 @@ class Config:
     out: str = "results/run"
     data_dir: Optional[str] = None
     nonfinite: str = "error"
+    costs: Optional[str] = None      # k: auto reads tau, phi, psi from this bench.overlap --json output
+    checkpoint: bool = True          # save trainer states and parameters at every epoch end
 
 
 FIELDS = tuple(f.name for f in fields(Config))
@@ -112,6 +114,10 @@ def _check(cfg):
     need(_is_int(cfg.seed), "seed must be an integer, got %r" % (cfg.seed,))
     need(isinstance(cfg.out, str) and cfg.out != "", "out must be a non-empty path, got %r" % (cfg.out,))
     need(cfg.data_dir is None or isinstance(cfg.data_dir, str), "data_dir must be a path or null, got %r" % (cfg.data_dir,))
+    need(cfg.costs is None or isinstance(cfg.costs, str), "costs must be a path or null, got %r" % (cfg.costs,))
+    need(cfg.k != "auto" or cfg.costs is not None,
+         "k: auto needs costs: the --json output of python -m cdsgd_mx.bench.overlap (tau, phi, psi)")
+    need(isinstance(cfg.checkpoint, bool), "checkpoint must be true or false, got %r" % (cfg.checkpoint,))
     need(not (cfg.dataset == "synthetic" and cfg.epochs is not None),
          "epochs: the synthetic dataset has no epochs, set iterations instead")
 

@@ -117,17 +117,19 @@ def main():
     kv.wait_all()
     xs = [p.data().asnumpy() for p in plist]
     ws = [kv.global_weights(i).asnumpy() for i in range(len(plist))]
-    save(args.out, kv.rank, xs, ws, kv.bytes_by_step)
+    save(args.out, kv.rank, xs, ws, kv.bytes_by_step,
+         expected=[kv.push_bytes_of_step(t) for t in sorted(kv.bytes_by_step)])
     if cfg.get("trace"):
         trainer.save_trace()
 
 
-def save(out, rank, xs, ws, bytes_by_step):
+def save(out, rank, xs, ws, bytes_by_step, expected=()):
     os.makedirs(out, exist_ok=True)
     data = {"x%d" % i: x for i, x in enumerate(xs)}
     data.update({"w%d" % i: w for i, w in enumerate(ws)})
     steps = sorted(bytes_by_step)
     data["bytes"] = np.array([bytes_by_step[s] for s in steps], np.int64)
+    data["bytes_expected"] = np.array(expected, np.int64)
     np.savez(os.path.join(out, "rank%d.npz" % rank), **data)
 
 

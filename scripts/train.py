@@ -1,0 +1,189 @@
+#!/usr/bin/env python
+"""Train one configuration (configs/*.yaml) with S-SGD, BIT-SGD, OD-SGD or CD-SGD.
+
+    python scripts/train.py --config configs/fig6_lenet_mnist.yaml [field=value ...] [--resume]
+
+The whole config is validated before anything starts (one line naming the field and what it
+allows). With workers > 1 (or an emulated link) the job runs under cdsgd_mx.launch; each worker
+trains on its shard. Writes into `out`: config.json, metrics-rank<r>.jsonl (one JSON object per
+iteration: loss, iteration time, bytes pushed; and per epoch: loss, train and test accuracy),
+and, per epoch, a checkpoint (trainer states + parameters) that --resume continues from.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+from cdsgd_mx.server import serve_if_not_worker
+
+serve_if_not_worker()  # with MXNet's tools/launch.py every role runs this script
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cdsgd_mx.experiments import config as C  # noqa: E402
+
+
+def choose_k(cfg):
+    if cfg.k != "auto":
+        return cfg.k
+    from cdsgd_mx import timemodel
+    try:
+        rows = [json.loads(line) for line in open(cfg.costs) if line.strip().startswith("{")]
+        costs = next(r for r in rows if "phi_ms" in r)
+        tau = [r["compute_ms"] for r in rows if "compute_ms" in r]
+        c = timemodel.calibrate(sum(tau) / len(tau), costs["phi_ms"], costs["psi_plus_delta_ms"])
+    except (OSError, ValueError, StopIteration, KeyError, ZeroDivisionError) as e:
+        raise C.ConfigError("costs: %s is not the --json output of python -m cdsgd_mx.bench.overlap (%s)"
+                            % (cfg.costs, e))
+    return timemodel.choose_k(c)
+
+
+def load_data(cfg, rank, workers):
+    from cdsgd_mx import data, models
+    shape = models.INPUT_SHAPES[cfg.model]
+    if cfg.dataset == "synthetic":
+        x, y, source = data.synthetic(shape, 1000 if shape[1] == 224 else 10, 64 * cfg.batch_size, seed=cfg.seed + rank)
+        return x, y, x[:0], y[:0], source + " (speed only)", 1000 if shape[1] == 224 else 10
+    if cfg.dataset in ("mnist", "fashion_mnist"):
+        load = data.load_mnist if cfg.dataset == "mnist" else data.load_fashion_mnist
+        xtr, ytr, xte, yte, source = load(cfg.data_dir)
+        if shape[0] == 3:  # colour models on grey images: repeat the channel
+            xtr, xte = xtr.repeat(3, axis=1), xte.repeat(3, axis=1)
+    else:
+        raise C.ConfigError("dataset: %s needs its standard files in data_dir; only mnist, fashion_mnist and "
+                            "synthetic are loaded by this version" % cfg.dataset)
+    idx = data.shard(len(xtr), rank, workers)
+    return xtr[idx], ytr[idx], xte, yte, source, 10
+
+
+def worker(cfg, resume):
+    import mxnet as mx
+    import numpy as np
+    from mxnet import autograd, gluon
+    import cdsgd_mx
+    from cdsgd_mx import models
+
+    mx.random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    kvstore = "dist_sync" if "DMLC_ROLE" in os.environ else "local"
+    k = choose_k(cfg)
+    trainer_args = dict(kvstore=kvstore, algorithm=cfg.algorithm, k=k, warmup_steps=cfg.warmup_steps,
+                        threshold=cfg.threshold, nonfinite=cfg.nonfinite,
+                        local_optimizer_params={"learning_rate": cfg.local_lr or cfg.lr})
+    # the data shard needs the rank, which the Trainer's kvstore knows: model, trainer, then data
+    net = models.build(cfg.model, 10)
+    net.initialize(mx.init.Xavier(magnitude=2.0), ctx=mx.cpu())
+    shape = models.INPUT_SHAPES[cfg.model]
+    net(mx.nd.zeros((1,) + shape))
+    net.hybridize()
+    trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": cfg.lr, "momentum": cfg.momentum,
+                                                            "wd": cfg.wd}, **trainer_args)
+    rank, workers = trainer.kvstore.rank, trainer.kvstore.num_workers
+    xtr, ytr, xte, yte, source, classes = load_data(cfg, rank, workers)
+    per_epoch = max(1, len(xtr) // cfg.batch_size)
+    total = cfg.iterations or cfg.epochs * per_epoch
+    epochs = math.ceil(total / per_epoch)
+    os.makedirs(cfg.out, exist_ok=True)
+    ckpt = os.path.join(cfg.out, "checkpoint")
+    start_epoch = 0
+    if resume and os.path.exists(ckpt + ".epoch"):
+        start_epoch = int(open(ckpt + ".epoch").read())
+        net.load_parameters("%s.params%d" % (ckpt, rank))
+        trainer.load_states(ckpt + ".states")
+    if rank == 0:
+        with open(os.path.join(cfg.out, "config.json"), "w") as f:
+            json.dump(dict(C.as_dict(cfg), k_used=k, data=source), f, indent=1)
+    log = open(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), "a")
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    rng = np.random.RandomState(cfg.seed + rank)
+    it = start_epoch * per_epoch
+    for epoch in range(start_epoch, epochs):
+        factor = cfg.lr_factor ** sum(1 for e in cfg.lr_steps if e <= epoch)
+        if trainer.learning_rate != cfg.lr * factor:
+            trainer.set_learning_rate(cfg.lr * factor, local_lr=(cfg.local_lr or cfg.lr) * factor)
+        order = rng.permutation(len(xtr))
+        bar = None
+        if rank == 0:
+            from tqdm import tqdm
+            bar = tqdm(total=min(per_epoch, total - it), desc="epoch %d/%d" % (epoch + 1, epochs),
+                       file=sys.stdout, mininterval=1.0)
+        losses, correct, seen = [], 0, 0
+        for b in range(per_epoch):
+            if it >= total:
+                break
+            sel = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+            t0 = time.perf_counter()
+            x, y = mx.nd.array(xtr[sel]), mx.nd.array(ytr[sel])
+            with autograd.record():
+                out = net(x)
+                loss = loss_fn(out, y)
+            loss.backward()
+            trainer.step(cfg.batch_size * workers)  # Module's convention, as in the paper
+            value = float(loss.mean().asscalar())
+            correct += int((out.argmax(axis=1).asnumpy() == ytr[sel]).sum())
+            seen += len(sel)
+            losses.append(value)
+            log.write(json.dumps({"iteration": it, "epoch": epoch, "loss": value,
+                                  "iter_ms": 1e3 * (time.perf_counter() - t0),
+                                  "bytes_pushed": trainer.kvstore.push_bytes_of_step(it)}) + "\n")
+            it += 1
+            if bar:
+                bar.update(1)
+                bar.set_postfix(loss="%.4f" % np.mean(losses[-20:]))
+        if bar:
+            bar.close()
+        trainer.wait_all()
+        test_acc = None
+        if len(xte):
+            hits = sum(int((net(mx.nd.array(xte[i:i + 1000])).argmax(axis=1).asnumpy() == yte[i:i + 1000]).sum())
+                       for i in range(0, len(xte), 1000))
+            test_acc = hits / len(xte)
+        record = {"epoch": epoch, "loss": float(np.mean(losses)) if losses else None,
+                  "train_accuracy": correct / max(1, seen), "test_accuracy": test_acc,
+                  "learning_rate": trainer.learning_rate, "data": source}
+        log.write(json.dumps(record) + "\n")
+        log.flush()
+        if rank == 0:
+            print("epoch %d: loss %.4f train acc %.4f test acc %s" % (
+                epoch + 1, record["loss"] or float("nan"), record["train_accuracy"],
+                "%.4f" % test_acc if test_acc is not None else "-"), flush=True)
+        if cfg.checkpoint:
+            trainer.save_states(ckpt + ".states")
+            net.save_parameters("%s.params%d" % (ckpt, rank))
+            if rank == 0:
+                with open(ckpt + ".epoch", "w") as f:
+                    f.write(str(epoch + 1))
+    log.close()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="scripts/train.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--resume", action="store_true", help="continue from the checkpoint in `out`")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("overrides", nargs="*", help="field=value, e.g. k=10 workers=4")
+    args = ap.parse_args(argv)
+    try:
+        cfg = C.load(args.config, args.overrides)
+        if cfg.k == "auto":
+            choose_k(cfg)  # a bad costs file is a config error too
+    except C.ConfigError as e:
+        sys.stderr.write("config error: %s\n" % e)
+        return 2
+    if args.worker or (cfg.workers == 1 and not cfg.bandwidth and not cfg.latency):
+        worker(cfg, args.resume)
+        return 0
+    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(cfg.workers), "-s", str(cfg.servers)]
+    if cfg.bandwidth:
+        cmd += ["--bandwidth", cfg.bandwidth]
+    if cfg.latency:
+        cmd += ["--latency", str(cfg.latency)]
+    cmd += ["--", sys.executable, os.path.abspath(__file__), "--config", os.path.abspath(args.config),
+            "--worker"] + (["--resume"] if args.resume else []) + args.overrides
+    return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

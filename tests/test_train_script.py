@@ -1,0 +1,48 @@
+"""scripts/train.py end to end on a small job, and its config errors."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(ROOT, "scripts", "train.py")
+CONFIG = os.path.join(ROOT, "configs", "fig6_lenet_mnist.yaml")
+
+
+def run(*args, timeout=300):
+    return subprocess.run([sys.executable, TRAIN, "--config", CONFIG] + list(args), cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_two_workers_on_synthetic_data_write_metrics_and_checkpoints(tmp_path):
+    out = str(tmp_path / "run")
+    proc = run("dataset=synthetic", "epochs=null", "iterations=12", "warmup_steps=2", "out=" + out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["data"].startswith("synthetic 1x28x28 inputs") and config["k_used"] == 2
+    for rank in (0, 1):
+        rows = [json.loads(l) for l in open(os.path.join(out, "metrics-rank%d.jsonl" % rank))]
+        iters = [r for r in rows if "iteration" in r]
+        assert [r["iteration"] for r in iters] == list(range(12))
+        # cdsgd, warm-up 2, k = 2: steps 2, 4, ... push fp32, the others 2-bit codes
+        assert iters[3]["bytes_pushed"] * 10 < iters[2]["bytes_pushed"]
+        assert rows[-1]["epoch"] == 0 and rows[-1]["data"].startswith("synthetic")
+    for name in ("checkpoint.states", "checkpoint.states.server0", "checkpoint.params0", "checkpoint.params1"):
+        assert os.path.exists(os.path.join(out, name))
+
+
+@pytest.mark.parametrize("override,message", [
+    ("k=0", "config error: k must be an integer >= 1 or 'auto', got 0"),
+    ("algorithm=adam", "config error: algorithm must be one of ssgd, bitsgd, odsgd, cdsgd, got 'adam'"),
+    ("k=auto", "config error: k: auto needs costs"),
+    ("nonsense", "config error: override 'nonsense' must look like field=value"),
+])
+def test_config_errors_are_one_line_before_anything_starts(tmp_path, override, message):
+    proc = run(override, "out=" + str(tmp_path / "x"), timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == message or proc.stderr.strip().startswith(message)
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(str(tmp_path / "x"))
