@@ -129,7 +129,7 @@ class CDSGD(KVStoreBase):
         self.bytes_pushed = 0        # all pushes of this worker since creation
         self.bytes_by_step = {}      # step -> bytes pushed by this worker at that step
         self.driven_by_trainer = False
-        self._sync_submitted = False  # a synchronous round was submitted in this step
+        self._sync_copies = []       # synchronous rounds of this step: loc_buf = comm_buf after the pull
 
     # ---- KVStoreBase API -------------------------------------------------------------------
     @property
@@ -173,14 +173,17 @@ class CDSGD(KVStoreBase):
         chunks = layout.of_param(len(self._planner_sizes) - 1)
         state = ParamState(key, value.shape, chunks, self.algorithm in COMPRESSING)
         self._params[key] = state
-        flat = _flat(value)
+        # MKL-DNN may keep a parameter in a blocked layout that cannot be sliced: go through
+        # plain arrays (comm_buf, a numpy copy) and let copyto convert
+        flat = mx.nd.array(value.asnumpy().reshape(-1))
         for c in chunks:
             self._backend.init(c.weight_key, flat[c.begin:c.end])
             if self.algorithm in COMPRESSING:
                 self._backend.init_payload(c.payload_key, c.words)
-        out_flat = _flat(out)
+        comm_flat = _flat(state.comm_buf)
         for c in chunks:
-            self._backend.pull(c.weight_key, out_flat[c.begin:c.end])
+            self._backend.pull(c.weight_key, comm_flat[c.begin:c.end])
+        state.comm_buf.copyto(out)
         out.wait_to_read()
         state.loc_buf = out  # the parameter's data: saved and restored by checkpoints
 
@@ -258,7 +261,7 @@ class CDSGD(KVStoreBase):
             st = self._params[key]
             st.t = saved["t"]
             st.comm_buf[:] = saved["comm_buf"]
-            st.loc_buf[:] = saved["loc_buf"]  # this worker's x(t), which may differ from W
+            mx.nd.array(saved["loc_buf"]).copyto(st.loc_buf)  # this worker's x(t), may differ from W
             if saved["residual"] is not None:
                 st.residual[:] = saved["residual"]
             st.in_flight = self._comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
@@ -342,15 +345,18 @@ class CDSGD(KVStoreBase):
         self._registered.update(c.weight_key for c in new)
 
     def _sync_step(self, state, t, grad, loc_buf, poisoned):
-        """x(t+1) = W(t+1): push g(t), pull the new global weight into loc_buf."""
+        """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weight into comm_buf;
+        loc_buf = comm_buf once the pull is issued (finish_step)."""
         if state.in_flight is not None:  # cannot happen with the schedules above; kept safe
             self._comm.wait(state.in_flight)
             state.in_flight = None
-        self._comm.submit(lambda: self._round(state, t, _flat(grad), _flat(loc_buf), poisoned),
+        grad.copyto(state.comm_buf)
+        comm_flat = _flat(state.comm_buf)
+        self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat, poisoned),
                           "step %d of parameter %s" % (t, state.index))
-        self._sync_submitted = True
+        self._sync_copies.append(state)
         if not self.driven_by_trainer:
-            self._comm.drain()  # the Trainer waits once per step instead (finish_step)
+            self.finish_step()  # the Trainer calls it once per step instead
 
     def _delayed_step(self, state, t, grad, loc_buf, poisoned):
         """x(t+1) = W(t) - local step with g(t); round t goes on in the background."""
@@ -428,9 +434,11 @@ class CDSGD(KVStoreBase):
         """End of a Trainer step: let the communication thread finish this step's rounds; wait
         only if some were synchronous (their pull must be issued before the next forward)."""
         flush = self._comm.flush()
-        if self._sync_submitted:
+        if self._sync_copies:
             self._comm.wait(flush)
-        self._sync_submitted = False
+            for state in self._sync_copies:  # the engine orders each copy after its pull
+                state.comm_buf.copyto(state.loc_buf)
+        self._sync_copies = []
 
     def push_bytes_of_step(self, t):
         """Bytes this worker pushes at step t by the schedule and the layout (what _round

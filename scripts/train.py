@@ -97,13 +97,13 @@ def worker(cfg, resume):
             json.dump(dict(C.as_dict(cfg), k_used=k, data=source), f, indent=1)
     log = open(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), "a")
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    rng = np.random.RandomState(cfg.seed + rank)
     it = start_epoch * per_epoch
     for epoch in range(start_epoch, epochs):
         factor = cfg.lr_factor ** sum(1 for e in cfg.lr_steps if e <= epoch)
         if trainer.learning_rate != cfg.lr * factor:
             trainer.set_learning_rate(cfg.lr * factor, local_lr=(cfg.local_lr or cfg.lr) * factor)
-        order = rng.permutation(len(xtr))
+        # the order of epoch e depends on (seed, e, rank) only: a resumed run sees the same batches
+        order = np.random.RandomState([cfg.seed, epoch, rank]).permutation(len(xtr))
         bar = None
         if rank == 0:
             from tqdm import tqdm

@@ -99,7 +99,7 @@ def test_nonfinite_skip_drops_the_step_on_every_worker(tmp_path, alg):
     import numpy as np
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from simulate import simulate
-    from test_engine import CFG, SHAPES, launch, sim  # noqa: F401
+    from test_engine import CFG, SHAPES
     from workers.engine_worker import grad_fn, init_value
     cfg = dict(CFG, nonfinite="skip", nan_at=[[1, 4], [0, 6]])
     out = tmp_path / "out"

@@ -46,3 +46,21 @@ def test_config_errors_are_one_line_before_anything_starts(tmp_path, override, m
     assert proc.stderr.strip() == message or proc.stderr.strip().startswith(message)
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not os.path.exists(str(tmp_path / "x"))
+
+
+@pytest.mark.slow
+def test_resume_continues_exactly(tmp_path):
+    import numpy as np
+    import mxnet as mx
+    common = ["dataset=synthetic", "epochs=null", "warmup_steps=2", "algorithm=cdsgd"]
+    whole, part = str(tmp_path / "whole"), str(tmp_path / "part")
+    assert run(*common, "iterations=130", "out=" + whole).returncode == 0
+    assert run(*common, "iterations=64", "out=" + part).returncode == 0  # stops after epoch 1
+    proc = run(*common, "iterations=130", "out=" + part, "--resume")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for rank in (0, 1):
+        a = mx.nd.load(os.path.join(whole, "checkpoint.params%d" % rank))
+        b = mx.nd.load(os.path.join(part, "checkpoint.params%d" % rank))
+        assert sorted(a) == sorted(b)
+        for name in a:
+            np.testing.assert_array_equal(a[name].asnumpy(), b[name].asnumpy())
