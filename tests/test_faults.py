@@ -50,6 +50,17 @@ def test_server_side_decode_error_stops_the_job_with_its_message():
     assert job_pids() == []
 
 
+def test_server_side_optimizer_error_stops_the_job_with_its_message():
+    rc, out, took = finish(start("optimizer"))
+    assert rc != 0
+    assert "cdsgd_mx server error in update of key" in out
+    assert "clip_gradient" in out
+    assert "exited with code 70" in out
+    assert took < 60
+    time.sleep(0.5)
+    assert job_pids() == []
+
+
 def test_killed_worker_stops_everyone_within_60s():
     rc, out, took = finish(start("die"))
     assert rc != 0

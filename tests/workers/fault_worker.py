@@ -2,6 +2,7 @@
 
 --fault corrupt   after 3 steps, pushes a payload the server cannot decode
 --fault die       rank 1 kills itself with SIGKILL after 3 steps
+--fault optimizer the global optimizer fails on the server at its first update
 --fault none      trains until killed (the test kills a server)
 """
 import argparse
@@ -24,7 +25,10 @@ def main():
     params = gluon.ParameterDict()
     w = params.get("w", shape=(1000,), init=mx.init.Zero())
     params.initialize()
-    trainer = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, algorithm="bitsgd", warmup_steps=0)
+    opt = {"learning_rate": 0.1}
+    if args.fault == "optimizer":
+        opt["clip_gradient"] = "not a number"  # accepted here, fails inside the server's update
+    trainer = cdsgd_mx.Trainer(params, "sgd", opt, algorithm="bitsgd", warmup_steps=0)
     rank = trainer.kvstore.rank
     for t in range(args.steps):
         w.grad()[:] = np.random.RandomState(t).randn(1000).astype(np.float32)
