@@ -1,13 +1,15 @@
-// CUDA kernels of the codec; same semantics and bits as codec_cpu.cc.
+// CUDA kernels of the codec; same semantics and bits as codec_cpu.cc (layouts in codec.h).
 //
-// Quantize: one thread per value, so loads and stores of grad/residual are coalesced; the 16
-// lanes that hold one word OR their codes together with warp shuffles and the first of them
-// stores the word. Dequantize: one thread per value (the 16 threads of a word read the same
-// 4 bytes, served by one transaction). Wire encode/decode: one thread per word.
+// Quantize: one thread per value, so loads and stores of grad/residual are contiguous across a
+// warp; the 16 lanes that hold one word OR their codes together with shuffles and the first of
+// them stores the word. Dequantize: one thread per value (the 16 lanes of a word read the same
+// 4 bytes, one transaction). Wire encode/decode: one thread per word. All loops are grid-stride
+// over int64 indices.
 #include "codec_cuda.h"
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -17,25 +19,165 @@ namespace cdsgd {
 namespace cuda {
 namespace {
 
-constexpr uint32_t kWireBias = 0x3F800000u;
-constexpr uint32_t kWireLimit = 43046721u;  // 3^16
-constexpr int kThreads = 256;
+constexpr uint32_t kWireBias = 0x3F800000u;  // bit pattern of 1.0f
+constexpr uint32_t kWireLimit = 43046721u;   // 3^16
+constexpr uint32_t kQuietBit = 0x00400000u;
+constexpr int kThreads = 256;                // a multiple of 32: the quantize loop relies on it
+constexpr int kBlocksPerSM = 32;             // enough to fill an SM; the loops stride beyond
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 
 __device__ __forceinline__ int shift_of(int j) { return 8 * (j >> 2) + 6 - 2 * (j & 3); }
 
-// Per device: a stream and a counter for the kernels that count (non-finite, invalid words).
+__device__ __forceinline__ bool is_nan_bits(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
+
+// `r` = a + b or a - b as computed here. GPUs return one canonical NaN (0x7fffffff) for every NaN
+// result, while the CPU kernels propagate operand payloads, so a NaN result is rebuilt the way the
+// host's FPU would build it; residuals (which keep NaNs across steps) then stay bit-identical.
+// When both operands are NaN the CPU's pick depends on the operand order the compiler chose.
+__device__ __forceinline__ float like_host(float r, float a, float b) {
+  if (!is_nan_bits(__float_as_uint(r))) return r;
+  const uint32_t ua = __float_as_uint(a), ub = __float_as_uint(b);
+  const bool na = is_nan_bits(ua), nb = is_nan_bits(ub);
+#if defined(__aarch64__)
+  // AArch64 with FPCR.DN = 0 (Linux default): a signaling NaN wins over a quiet one; an invalid
+  // operation (inf - inf) gives +qNaN.
+  const bool sa = na && !(ua & kQuietBit), sb = nb && !(ub & kQuietBit);
+  const uint32_t bits = sa ? ua : sb ? ub : na ? ua : nb ? ub : 0x7FC00000u;
+#else
+  // x86 SSE/AVX: the first NaN operand, quieted; an invalid operation gives the "real
+  // indefinite" 0xFFC00000 (sign bit set).
+  const uint32_t bits = na ? ua : nb ? ub : 0xFFC00000u;
+#endif
+  return __uint_as_float(bits | kQuietBit);
+}
+
+// Sums a per-thread count over the warp and adds it to the global counter once per warp, instead
+// of one atomic per hit (a fully corrupt payload would otherwise serialize on one address).
+// Every lane of the warp must call it.
+__device__ __forceinline__ void add_count(unsigned long long mine, unsigned long long* counter) {
+  for (int offset = 16; offset > 0; offset >>= 1) mine += __shfl_xor_sync(0xffffffffu, mine, offset);
+  if ((threadIdx.x & 31) == 0 && mine) atomicAdd(counter, mine);
+}
+
+__global__ void quantize_kernel(const float* __restrict__ grad, float* __restrict__ residual,
+                                uint32_t* __restrict__ packed, int64_t n, int64_t padded, float t,
+                                unsigned long long* nonfinite) {
+  const float neg_t = -t;
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  unsigned long long bad = 0;
+  // The loop runs on the warp's first index, so all 32 lanes iterate together and the full-mask
+  // shuffles are legal. base is a multiple of 32, hence i & 15 == lane & 15 and each half-warp
+  // is exactly one packed word. Lanes at or past n add zero codes: the padding of the last word.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31u); base < padded;
+       base += stride) {
+    const int64_t i = base + lane;
+    uint32_t code = 0;
+    if (i < n) {
+      const float r = residual[i], g = grad[i];
+      const float x = like_host(r + g, r, g);
+      const bool pos = x >= t, neg = x <= neg_t;
+      const float y = pos ? like_host(x - t, x, t) : (neg ? like_host(x - neg_t, x, neg_t) : x);
+      residual[i] = y;
+      code = pos ? 3u : (neg ? 2u : 0u);
+      bad += (__float_as_uint(y) & 0x7f800000u) == 0x7f800000u;
+    }
+    uint32_t word = code << shift_of(lane & 15);
+    // Offsets below 16 never cross the half-warp boundary.
+    for (int offset = 8; offset > 0; offset >>= 1) word |= __shfl_xor_sync(0xffffffffu, word, offset);
+    if ((lane & 15) == 0 && i < padded) packed[i >> 4] = word;
+  }
+  add_count(bad, nonfinite);
+}
+
+__global__ void dequantize_kernel(const uint32_t* __restrict__ packed, float* __restrict__ out, int64_t n,
+                                  float t, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const uint32_t c = (__ldg(packed + (i >> 4)) >> shift_of(static_cast<int>(i & 15))) & 3u;
+    const float v = c == 3u ? t : (c == 2u ? -t : 0.0f);  // 01 reads as 0
+    if (accumulate) {
+      const float o = out[i];
+      out[i] = like_host(o + v, o, v);
+    } else {
+      out[i] = v;
+    }
+  }
+}
+
+__global__ void wire_encode_kernel(const uint32_t* __restrict__ packed, uint32_t* __restrict__ wire,
+                                   int64_t nwords) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < nwords; w += stride) {
+    const uint32_t word = packed[w];
+    uint32_t v = 0;
+    for (int j = 15; j >= 0; --j) {  // Horner: value j carries weight 3^j
+      const uint32_t c = (word >> shift_of(j)) & 3u;
+      v = v * 3u + (c >> 1) * (2u - (c & 1u));  // 11 -> 1, 10 -> 2, 00/01 -> 0
+    }
+    wire[w] = kWireBias + v;
+  }
+}
+
+__global__ void wire_decode_kernel(const uint32_t* __restrict__ wire, uint32_t* __restrict__ packed,
+                                   int64_t nwords, unsigned long long* invalid) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  unsigned long long bad = 0;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < nwords; w += stride) {
+    uint32_t v = wire[w] - kWireBias;  // wraps to a huge value below the bias
+    if (v >= kWireLimit) {             // corrupt payload: decodes to 0 and counts
+      ++bad;
+      v = 0;
+    }
+    uint32_t word = 0;
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t q = v / 3u, d = v - 3u * q;
+      v = q;
+      word |= ((3u * d) & 3u) << shift_of(j);  // 1 -> 11, 2 -> 10, 0 -> 00
+    }
+    packed[w] = word;
+  }
+  add_count(bad, invalid);
+}
+
+__global__ void count_nonfinite_kernel(const float* __restrict__ x, int64_t n, unsigned long long* counter) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  unsigned long long bad = 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    bad += (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+  add_count(bad, counter);
+}
+
+// Per device: the private stream, a device counter with a pinned host copy, and a mutex, since
+// concurrent callers (the GIL is released) would otherwise share the counter.
 struct DeviceContext {
+  std::mutex mu;
   cudaStream_t stream = nullptr;
   unsigned long long* counter = nullptr;
+  unsigned long long* host = nullptr;
+  int max_blocks = 0;
 };
 
+// Restores the caller's current device (MXNet's threads rely on theirs).
+struct DeviceGuard {
+  int previous = 0;
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous), "cudaGetDevice");
+    check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+};
+
+// Called with `device` current. Contexts are created once and never freed (process lifetime).
 DeviceContext& context(int device) {
   static std::mutex mu;
-  static std::vector<DeviceContext> contexts;
+  static std::vector<std::unique_ptr<DeviceContext>> contexts;
   std::lock_guard<std::mutex> lock(mu);
   if (contexts.empty()) {
     int count = 0;
@@ -44,112 +186,39 @@ DeviceContext& context(int device) {
   }
   if (device < 0 || device >= static_cast<int>(contexts.size()))
     throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist");
-  DeviceContext& c = contexts[device];
-  if (c.stream == nullptr) {
-    check(cudaSetDevice(device), "cudaSetDevice");
-    check(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    check(cudaMalloc(&c.counter, sizeof(unsigned long long)), "cudaMalloc");
+  if (!contexts[device]) {
+    auto c = std::make_unique<DeviceContext>();
+    int sms = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    c->max_blocks = (sms > 0 ? sms : 1) * kBlocksPerSM;
+    check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaMalloc(&c->counter, sizeof(unsigned long long)), "cudaMalloc");
+    check(cudaMallocHost(&c->host, sizeof(unsigned long long)), "cudaMallocHost");
+    contexts[device] = std::move(c);
   }
-  return c;
+  return *contexts[device];
 }
 
-// Keeps the caller's current device.
-struct DeviceGuard {
-  int previous = 0;
-  explicit DeviceGuard(int device) {
-    check(cudaGetDevice(&previous), "cudaGetDevice");
-    check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() { cudaSetDevice(previous); }
-};
-
-int blocks_for(int64_t items) {
+int blocks_for(const DeviceContext& c, int64_t items) {
   const int64_t b = (items + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
+  return static_cast<int>(b < c.max_blocks ? b : c.max_blocks);
 }
 
-__global__ void quantize_kernel(const float* __restrict__ grad, float* __restrict__ residual,
-                                uint32_t* __restrict__ packed, int64_t n, int64_t padded, float t,
-                                unsigned long long* nonfinite) {
-  const float neg_t = -t;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;  // a multiple of 32
-  unsigned long long bad = 0;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i - threadIdx.x % 32 < padded;
-       i += stride) {
-    uint32_t code = 0;
-    if (i < n) {
-      const float x = residual[i] + grad[i];
-      const bool pos = x >= t, neg = x <= neg_t;
-      const float y = pos ? x - t : (neg ? x - neg_t : x);
-      residual[i] = y;
-      code = pos ? 3u : (neg ? 2u : 0u);
-      bad += (__float_as_uint(y) & 0x7f800000u) == 0x7f800000u;
-    }
-    uint32_t word = code << shift_of(static_cast<int>(i & 15));
-    // OR across the 16 lanes of this word (offsets < 16 stay inside each half-warp)
-    for (int offset = 8; offset > 0; offset >>= 1) word |= __shfl_xor_sync(0xffffffffu, word, offset);
-    if ((i & 15) == 0 && i < padded) packed[i >> 4] = word;
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, offset);
-  if (threadIdx.x % 32 == 0 && bad) atomicAdd(nonfinite, bad);
-}
-
-__global__ void dequantize_kernel(const uint32_t* __restrict__ packed, float* __restrict__ out, int64_t n, float t,
-                                  bool accumulate) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const uint32_t c = (packed[i >> 4] >> shift_of(static_cast<int>(i & 15))) & 3u;
-    const float v = c == 3u ? t : (c == 2u ? -t : 0.0f);
-    out[i] = accumulate ? out[i] + v : v;
-  }
-}
-
-__global__ void wire_encode_kernel(const uint32_t* __restrict__ packed, uint32_t* __restrict__ wire, int64_t nwords) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < nwords; w += stride) {
-    const uint32_t word = packed[w];
-    uint32_t v = 0;
-    for (int j = 15; j >= 0; --j) {
-      const uint32_t c = (word >> shift_of(j)) & 3u;
-      v = v * 3u + (c >> 1) * (2u - (c & 1u));  // + -> 1, - -> 2, else 0
-    }
-    wire[w] = kWireBias + v;
-  }
-}
-
-__global__ void wire_decode_kernel(const uint32_t* __restrict__ wire, uint32_t* __restrict__ packed, int64_t nwords,
-                                   unsigned long long* invalid) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < nwords; w += stride) {
-    uint32_t v = wire[w] - kWireBias;
-    if (v >= kWireLimit) {
-      atomicAdd(invalid, 1ull);
-      v = 0;
-    }
-    uint32_t word = 0;
-    for (int j = 0; j < 16; ++j) {
-      const uint32_t q = v / 3u, d = v - 3u * q;
-      v = q;
-      word |= ((3u * d) & 3u) << shift_of(j);
-    }
-    packed[w] = word;
-  }
-}
-
-__global__ void count_nonfinite_kernel(const float* __restrict__ x, int64_t n, unsigned long long* bad) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  unsigned long long mine = 0;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    mine += (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
-  for (int offset = 16; offset > 0; offset >>= 1) mine += __shfl_xor_sync(0xffffffffu, mine, offset);
-  if (threadIdx.x % 32 == 0 && mine) atomicAdd(bad, mine);
-}
-
-int64_t read_counter(DeviceContext& c) {
-  unsigned long long host = 0;
-  check(cudaMemcpyAsync(&host, c.counter, sizeof(host), cudaMemcpyDeviceToHost, c.stream), "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
-  return static_cast<int64_t>(host);
+// Runs launch(context, counter) on the device's stream and waits for it. With counts, the counter
+// is zeroed before and returned after; otherwise counter is null and 0 is returned.
+template <typename Launch>
+int64_t run(int device, bool counts, const char* what, Launch launch) {
+  DeviceGuard guard(device);
+  DeviceContext& c = context(device);
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (counts) check(cudaMemsetAsync(c.counter, 0, sizeof(unsigned long long), c.stream), "cudaMemsetAsync");
+  launch(c, counts ? c.counter : nullptr);
+  check(cudaGetLastError(), what);
+  if (counts)
+    check(cudaMemcpyAsync(c.host, c.counter, sizeof(unsigned long long), cudaMemcpyDeviceToHost, c.stream),
+          "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(c.stream), what);
+  return counts ? static_cast<int64_t>(*c.host) : 0;
 }
 
 }  // namespace
@@ -157,60 +226,49 @@ int64_t read_counter(DeviceContext& c) {
 int device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error
+    cudaGetLastError();  // clear the "no driver / no device" error so later calls start clean
     return 0;
   }
   return count;
 }
 
-int64_t quantize_2bit(const float* grad, float* residual, uint32_t* packed, int64_t n, float threshold, int device) {
-  if (n == 0) return 0;
-  DeviceGuard guard(device);
-  DeviceContext& c = context(device);
-  const int64_t padded = (n + 15) / 16 * 16;
-  check(cudaMemsetAsync(c.counter, 0, sizeof(unsigned long long), c.stream), "cudaMemsetAsync");
-  quantize_kernel<<<blocks_for(padded), kThreads, 0, c.stream>>>(grad, residual, packed, n, padded, threshold,
-                                                                   c.counter);
-  check(cudaGetLastError(), "quantize_kernel");
-  return read_counter(c);
+int64_t quantize_2bit(const float* grad, float* residual, uint32_t* packed, int64_t n, float threshold,
+                      int device) {
+  if (n <= 0) return 0;
+  const int64_t padded = (n + 15) / 16 * 16;  // every packed word gets written, the last zero-padded
+  return run(device, true, "quantize_kernel", [&](DeviceContext& c, unsigned long long* counter) {
+    quantize_kernel<<<blocks_for(c, padded), kThreads, 0, c.stream>>>(grad, residual, packed, n, padded,
+                                                                       threshold, counter);
+  });
 }
 
-void dequantize_2bit(const uint32_t* packed, float* out, int64_t n, float threshold, bool accumulate, int device) {
-  if (n == 0) return;
-  DeviceGuard guard(device);
-  DeviceContext& c = context(device);
-  dequantize_kernel<<<blocks_for(n), kThreads, 0, c.stream>>>(packed, out, n, threshold, accumulate);
-  check(cudaGetLastError(), "dequantize_kernel");
-  check(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
+void dequantize_2bit(const uint32_t* packed, float* out, int64_t n, float threshold, bool accumulate,
+                     int device) {
+  if (n <= 0) return;
+  run(device, false, "dequantize_kernel", [&](DeviceContext& c, unsigned long long*) {
+    dequantize_kernel<<<blocks_for(c, n), kThreads, 0, c.stream>>>(packed, out, n, threshold, accumulate);
+  });
 }
 
 void wire_encode(const uint32_t* packed, uint32_t* wire, int64_t nwords, int device) {
-  if (nwords == 0) return;
-  DeviceGuard guard(device);
-  DeviceContext& c = context(device);
-  wire_encode_kernel<<<blocks_for(nwords), kThreads, 0, c.stream>>>(packed, wire, nwords);
-  check(cudaGetLastError(), "wire_encode_kernel");
-  check(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
+  if (nwords <= 0) return;
+  run(device, false, "wire_encode_kernel", [&](DeviceContext& c, unsigned long long*) {
+    wire_encode_kernel<<<blocks_for(c, nwords), kThreads, 0, c.stream>>>(packed, wire, nwords);
+  });
 }
 
 int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int device) {
-  if (nwords == 0) return 0;
-  DeviceGuard guard(device);
-  DeviceContext& c = context(device);
-  check(cudaMemsetAsync(c.counter, 0, sizeof(unsigned long long), c.stream), "cudaMemsetAsync");
-  wire_decode_kernel<<<blocks_for(nwords), kThreads, 0, c.stream>>>(wire, packed, nwords, c.counter);
-  check(cudaGetLastError(), "wire_decode_kernel");
-  return read_counter(c);
+  if (nwords <= 0) return 0;
+  return run(device, true, "wire_decode_kernel", [&](DeviceContext& c, unsigned long long* counter) {
+    wire_decode_kernel<<<blocks_for(c, nwords), kThreads, 0, c.stream>>>(wire, packed, nwords, counter);
+  });
 }
 
 int64_t count_nonfinite(const float* x, int64_t n, int device) {
-  if (n == 0) return 0;
-  DeviceGuard guard(device);
-  DeviceContext& c = context(device);
-  check(cudaMemsetAsync(c.counter, 0, sizeof(unsigned long long), c.stream), "cudaMemsetAsync");
-  count_nonfinite_kernel<<<blocks_for(n), kThreads, 0, c.stream>>>(x, n, c.counter);
-  check(cudaGetLastError(), "count_nonfinite_kernel");
-  return read_counter(c);
+  if (n <= 0) return 0;
+  return run(device, true, "count_nonfinite_kernel", [&](DeviceContext& c, unsigned long long* counter) {
+    count_nonfinite_kernel<<<blocks_for(c, n), kThreads, 0, c.stream>>>(x, n, counter);
+  });
 }
 
 }  // namespace cuda

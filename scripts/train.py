@@ -95,7 +95,7 @@ def worker(cfg, resume):
     if rank == 0:
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
             json.dump(dict(C.as_dict(cfg), k_used=k, data=source), f, indent=1)
-    log = open(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), "a")
+    log = open(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), "a" if resume else "w")
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     it = start_epoch * per_epoch
     for epoch in range(start_epoch, epochs):

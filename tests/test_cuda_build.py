@@ -14,7 +14,7 @@ def test_cuda_sources_compile_with_nvcc(tmp_path):
         pytest.skip("nvcc not found: CUDA build not checked")
     obj = tmp_path / "codec_cuda.o"
     proc = subprocess.run([nvcc, "-std=c++17", "-O3", "-Xcompiler", "-fPIC", "-Xcompiler", "-Wall",
-                           "-gencode", "arch=compute_75,code=sm_75", "-c", str(ROOT / "csrc" / "codec_cuda.cu"),
+                           "-gencode", "arch=compute_75,code=[sm_75,compute_75]", "-c", str(ROOT / "csrc" / "codec_cuda.cu"),
                            "-o", str(obj)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert obj.stat().st_size > 0
