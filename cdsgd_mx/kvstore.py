@@ -43,7 +43,9 @@ class ConfigError(ValueError):
     """A bad argument: the message names it and the allowed values."""
 
 
-NONFINITE_POLICIES = ("error", "skip")
+# 'skip' (drop the step on every server) was withdrawn: its delayed fp32 path raced under load
+# (see docs/failures.md); the marker-push code below stays unreachable until that is fixed.
+NONFINITE_POLICIES = ("error",)
 
 
 def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error"):
@@ -96,9 +98,8 @@ class CDSGD(KVStoreBase):
         'sgd' with the global learning rate; eq. 11 of the paper)
     trace: path of a chrome-trace JSON file written by save_trace() (None: no tracing)
     nonfinite: what a NaN/Inf gradient does (checked by check_gradients, which the Trainer
-        calls every step): 'error' (default) stops with an error naming the parameter and the
-        step; 'skip' drops that step's global update on every server for every parameter, and
-        the worker's local update and residual stay untouched: no weight or residual is poisoned
+        calls every step, before anything is pushed): 'error', the only policy for now, stops
+        with an error naming the parameter and the step
     """
 
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
@@ -330,8 +331,8 @@ class CDSGD(KVStoreBase):
         if bad and self.nonfinite == "error":
             k, n = next(iter(bad.items()))
             name = names[k] if names else k
-            raise FloatingPointError("non-finite gradient in parameter %s at step %d (%d values); "
-                                     "nonfinite='skip' drops such steps instead" % (name, step, n))
+            raise FloatingPointError("non-finite gradient in parameter %s at step %d (%d values)"
+                                     % (name, step, n))
         return sorted(bad)
 
     def _ensure_registered(self):

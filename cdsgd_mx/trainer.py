@@ -22,7 +22,7 @@ DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few h
 class Trainer(gluon.Trainer):
     """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
     local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None,
-    nonfinite='error' (or 'skip': see CDSGD)."""
+    nonfinite='error' (see CDSGD)."""
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="dist_sync", algorithm="cdsgd",
                  k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",

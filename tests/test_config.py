@@ -29,7 +29,8 @@ BASE = {"iterations": 100}
     ("latency", -1, "latency must be a number >= 0 or null, got -1"),
     ("seed", "x", "seed must be an integer, got 'x'"),
     ("out", "", "out must be a non-empty path"),
-    ("nonfinite", "ignore", "nonfinite must be one of error, skip, got 'ignore'"),
+    ("nonfinite", "ignore", "nonfinite must be one of error, got 'ignore'"),
+    ("nonfinite", "skip", "nonfinite must be one of error, got 'skip'"),
 ])
 def test_each_invalid_field_gives_its_message(field, value, message):
     values = dict(BASE)

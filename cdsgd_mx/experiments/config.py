@@ -13,7 +13,7 @@ from ..schedule import ALGORITHMS
 
 MODELS = ("lenet5", "resnet20", "inception_bn", "alexnet", "vgg16", "resnet50")
 DATASETS = ("mnist", "fashion_mnist", "cifar10", "imagenet", "synthetic")
-NONFINITE = ("error", "skip")
+NONFINITE = ("error",)
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit)$", re.I)
 
 
