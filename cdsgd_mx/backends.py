@@ -102,6 +102,24 @@ class DistBackend:
         self.kv.pull(key, out=out)
         return out.asnumpy()
 
+    def open_tally(self, key, width):
+        """A key whose every update stores the sum of the workers' pushes (see tally)."""
+        self.kv.init(key, mx.nd.zeros((width,)))
+        self.command({"op": "tally", "keys": [key]})
+
+    def tally(self, key, value):
+        """Sum of every worker's `value` (float32 [width]) for this round, on every worker.
+
+        One push and one pull, no barrier: in dist_sync the server answers a push only after
+        all workers' pushes of that round are summed and stored, and MXNet orders this
+        worker's pull of the key after its push; a worker's next push cannot reach the server
+        before its pull of this round (one connection, in order)."""
+        arr = mx.nd.array(value)
+        self.kv.push(key, arr)
+        out = mx.nd.zeros(arr.shape)
+        self.kv.pull(key, out=out)
+        return out.asnumpy()
+
     def push(self, key, value):
         self.kv.push(key, value)
 
@@ -163,6 +181,12 @@ class LocalBackend:
 
     def gather_rows(self, key, row):
         return np.asarray(row, np.float32).reshape(1, -1)
+
+    def open_tally(self, key, width):
+        pass
+
+    def tally(self, key, value):
+        return np.asarray(value, np.float32)
 
     def register(self, chunks, threshold):
         self.server.command(json.dumps({"op": "register", "weights": [], "payloads": {

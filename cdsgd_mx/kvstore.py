@@ -43,9 +43,7 @@ class ConfigError(ValueError):
     """A bad argument: the message names it and the allowed values."""
 
 
-# 'skip' (drop the step on every server) was withdrawn: its delayed fp32 path raced under load
-# (see docs/failures.md); the marker-push code below stays unreachable until that is fixed.
-NONFINITE_POLICIES = ("error",)
+NONFINITE_POLICIES = ("error", "skip")
 
 
 def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error"):
@@ -98,15 +96,17 @@ class CDSGD(KVStoreBase):
         'sgd' with the global learning rate; eq. 11 of the paper)
     trace: path of a chrome-trace JSON file written by save_trace() (None: no tracing)
     nonfinite: what a NaN/Inf gradient does (checked by check_gradients, which the Trainer
-        calls every step, before anything is pushed): 'error', the only policy for now, stops
-        with an error naming the parameter and the step
+        calls every step, before anything is pushed): 'error' (default) stops with an error
+        naming the parameter and the step; 'skip' drops that step on every worker (the
+        workers vote each step, one small push and pull), as if its batch never came
     """
 
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
                  local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error"):
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite)
         self.nonfinite = nonfinite
-        self._poisoned = False  # this step carries a non-finite gradient: push markers only
+        self.skipped_steps = []  # nonfinite='skip': the Trainer steps dropped on every worker
+        self._vote_open = False
         self.algorithm = algorithm
         self.k = int(k)
         self.warmup_steps = int(warmup_steps)
@@ -202,9 +202,9 @@ class CDSGD(KVStoreBase):
         t = state.t
         state.t += 1
         if self.schedule.delayed(t):
-            self._delayed_step(state, t, grad, loc_buf, self._poisoned)
+            self._delayed_step(state, t, grad, loc_buf)
         else:
-            self._sync_step(state, t, grad, loc_buf, self._poisoned)
+            self._sync_step(state, t, grad, loc_buf)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save_optimizer_states(self, fname, dump_optimizer=False):
@@ -320,20 +320,37 @@ class CDSGD(KVStoreBase):
                     problems.append("%s is %s" % (field, ", ".join("%r on rank %d" % (v, r) for r, v in enumerate(shown))))
         if problems:
             raise ConfigError("workers disagree on the configuration: " + "; ".join(problems))
-        self._backend.command({"op": "policy", "nonfinite": self.nonfinite})
 
     def check_gradients(self, grads, step, names=None):
         """Apply the non-finite policy to this step's gradients ({key: grad}) before anything
-        is pushed or any weight moves."""
+        is pushed or any weight moves. Returns True when the step must be skipped (policy
+        'skip': some worker's gradient is not finite; every worker gets the same answer).
+        With 'skip' every worker must call it every step (the Trainer does): it is a vote."""
         bad = {k: codec.count_nonfinite(g) for k, g in grads.items()}
         bad = {k: n for k, n in bad.items() if n}
-        self._poisoned = bool(bad)
-        if bad and self.nonfinite == "error":
+        first = None
+        if bad:
             k, n = next(iter(bad.items()))
-            name = names[k] if names else k
-            raise FloatingPointError("non-finite gradient in parameter %s at step %d (%d values)"
-                                     % (name, step, n))
-        return sorted(bad)
+            first = "parameter %s at step %d (%d values)" % (names[k] if names else k, step, n)
+        if self.nonfinite == "error":
+            if first:
+                raise FloatingPointError("non-finite gradient in " + first)
+            return False
+        # 'skip': the workers vote; a step is dropped everywhere or nowhere
+        self._ensure_registered()
+        if not self._vote_open:
+            self._backend.open_tally(protocol.VOTE_KEY, self.num_workers)
+            self._vote_open = True
+        mine = np.zeros(self.num_workers, np.float32)
+        mine[self.rank] = min(sum(bad.values()), 1 << 20)  # exact in float32
+        votes = self._backend.tally(protocol.VOTE_KEY, mine)
+        if not votes.any():
+            return False
+        self.skipped_steps.append(step)
+        print("cdsgd_mx: step %d skipped on every worker: non-finite gradient on rank %s%s"
+              % (step, ", ".join(str(r) for r in np.flatnonzero(votes)),
+                 " (here: %s)" % first if first else ""), flush=True)
+        return True
 
     def _ensure_registered(self):
         """Pair every new payload key with its weight on the servers (once per chunk)."""
@@ -345,7 +362,7 @@ class CDSGD(KVStoreBase):
             self._backend.register(new, self.threshold)
         self._registered.update(c.weight_key for c in new)
 
-    def _sync_step(self, state, t, grad, loc_buf, poisoned):
+    def _sync_step(self, state, t, grad, loc_buf):
         """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weight into comm_buf;
         loc_buf = comm_buf once the pull is issued (finish_step)."""
         if state.in_flight is not None:  # cannot happen with the schedules above; kept safe
@@ -353,13 +370,13 @@ class CDSGD(KVStoreBase):
             state.in_flight = None
         grad.copyto(state.comm_buf)
         comm_flat = _flat(state.comm_buf)
-        self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat, poisoned),
+        self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat),
                           "step %d of parameter %s" % (t, state.index))
         self._sync_copies.append(state)
         if not self.driven_by_trainer:
             self.finish_step()  # the Trainer calls it once per step instead
 
-    def _delayed_step(self, state, t, grad, loc_buf, poisoned):
+    def _delayed_step(self, state, t, grad, loc_buf):
         """x(t+1) = W(t) - local step with g(t); round t goes on in the background."""
         with self.tracer.span("wait W(t)", param=state.index, step=t):
             if state.in_flight is not None:
@@ -367,29 +384,22 @@ class CDSGD(KVStoreBase):
                 loc_buf[:] = state.comm_buf         # engine orders this after that pull
             # else: the previous step was synchronous, loc_buf already holds W(t)
         with self.tracer.span("local update", param=state.index, step=t):
-            if poisoned:  # a skipped step leaves x(t+1) = W(t); every push carries NaN
-                state.comm_buf[:] = np.nan
-            else:
-                self._local_updater(state.index, grad, loc_buf)   # eq. 11
-                grad.copyto(state.comm_buf)                       # comm_buf = g(t)
+            self._local_updater(state.index, grad, loc_buf)   # eq. 11
+            grad.copyto(state.comm_buf)                       # comm_buf = g(t)
         comm_flat = _flat(state.comm_buf)
-        state.in_flight = self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat, poisoned),
+        state.in_flight = self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat),
                                             "step %d of parameter %s" % (t, state.index))
         if not self.driven_by_trainer:
             self._comm.flush()  # do not wait: the round finishes in the background
 
-    def _round(self, state, t, grad_flat, pull_flat, poisoned=False):
+    def _round(self, state, t, grad_flat, pull_flat):
         """Communication thread, push phase: push g(t) (codes or fp32) chunk by chunk. Returns
         the finish phase (pull W(t+1)) for codes; an fp32 push is followed by its pull at once,
         since MXNet orders a pull after a push of the same key."""
         compressed = self.schedule.compressed(t)
         pushed = 0
         for i, c in enumerate(state.chunks):
-            if compressed and poisoned:  # a NaN row: the servers skip this update (residual untouched)
-                state.wire[i][:] = np.nan
-                self._backend.push_payload(c.payload_key, state.wire[i])
-                pushed += state.wire[i].nbytes + 8
-            elif compressed:
+            if compressed:
                 with self.tracer.span("quantize", param=state.index, step=t):
                     bad = codec.quantize(grad_flat[c.begin:c.end], state.residual[c.begin:c.end],
                                          state.sml_buf[i], self.threshold)
@@ -402,10 +412,7 @@ class CDSGD(KVStoreBase):
                 pushed += state.wire[i].nbytes + 8  # + the row index
             else:
                 with self.tracer.span("push fp32", param=state.index, step=t):
-                    value = grad_flat[c.begin:c.end]
-                    if poisoned:  # NaN makes the servers' sum non-finite: they skip the update
-                        value = mx.nd.full((c.size,), np.nan)
-                    self._backend.push(c.weight_key, value)
+                    self._backend.push(c.weight_key, grad_flat[c.begin:c.end])
                 pushed += 4 * c.size
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed

@@ -65,6 +65,7 @@ class Layout:
 
 
 CONFIG_KEY = 1 << 30  # far above any parameter's keys: the start-up agreement check
+VOTE_KEY = CONFIG_KEY + 1  # nonfinite='skip': each step's count of non-finite values per worker
 
 
 def max_chunk(bound, num_workers):

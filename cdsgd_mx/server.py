@@ -16,6 +16,9 @@ Commands (sent by worker rank 0 as MXNet controller commands, id 0): "cdsgd:" + 
   {"op": "register", "payloads": {pk: [wk, n, threshold]}, "weights": [wk...]}
       the next update of each listed weight key only records the weight (registration round)
   {"op": "set_lr", "lr": float}   the global optimizer's learning rate from now on
+  {"op": "assign", "keys": [k...]} the next update of each key stores the workers' sum
+  {"op": "tally", "keys": [k...]}  every update of each key stores the workers' sum (votes)
+  {"op": "save" | "load", "path": p}  the optimizer and its states, to/from p.server<rank>
 """
 import json
 import os
@@ -43,7 +46,7 @@ class ServerState:
         self.rank = rank
         self.optimizer = None
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
-        self.skip_nonfinite = False  # nonfinite='skip': drop updates whose gradient is not finite
+        self.tallies = set()      # keys whose every update stores the sum (per-step votes)
         self.states = {}          # weight key -> optimizer state
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
@@ -66,8 +69,8 @@ class ServerState:
             self.save("%s.server%d" % (msg["path"], self.rank))
         elif msg["op"] == "load":
             self.load("%s.server%d" % (msg["path"], self.rank))
-        elif msg["op"] == "policy":
-            self.skip_nonfinite = msg["nonfinite"] == "skip"
+        elif msg["op"] == "tally":
+            self.tallies.update(int(k) for k in msg["keys"])
         elif msg["op"] == "assign":
             self.to_assign.update(int(k) for k in msg["keys"])
         else:
@@ -80,7 +83,7 @@ class ServerState:
         if key in self.payloads:
             self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
             return
-        if key in self.to_assign:  # restoring a checkpoint: W = what the workers pushed
+        if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
             self.to_assign.discard(key)
             weight[:] = grad
             weight.wait_to_read()
@@ -113,11 +116,6 @@ class ServerState:
     def apply_gradient(self, wk, weight, grad):
         if self.optimizer is None:
             raise RuntimeError("no optimizer was set on the server (kv.set_optimizer) before key %d was pushed" % wk)
-        if self.skip_nonfinite:
-            from . import codec
-            if codec.count_nonfinite(grad.reshape((-1,))):
-                print("cdsgd_mx server: skipped the update of key %d (non-finite gradient)" % wk, flush=True)
-                return
         if wk not in self.states:
             self.states[wk] = self.optimizer.create_state_multi_precision(wk, weight)
         self.optimizer.update_multi_precision(wk, weight, grad, self.states[wk])
@@ -138,10 +136,6 @@ class ServerState:
         wire = rows.asnumpy()
         if wire.shape[1] != packed.size:
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], packed.size))
-        if self.skip_nonfinite and codec.count_nonfinite(wire):
-            print("cdsgd_mx server: skipped the update of key %d (a worker sent a non-finite gradient)" % wk,
-                  flush=True)
-            return
         grad[:] = 0
         for r in range(wire.shape[0]):
             codec.wire_decode(wire[r], packed)

@@ -65,10 +65,20 @@ class Trainer(gluon.Trainer):
     def step(self, batch_size, ignore_stale_grad=False):
         with self._cdsgd.tracer.span("step", step=self._steps):
             grads = {i: p.list_grad()[0] for i, p in enumerate(self._params) if p.grad_req != "null"}
-            self._cdsgd.check_gradients(grads, self._steps, [p.name for p in self._params])
-            super().step(batch_size, ignore_stale_grad)
-            self._cdsgd.finish_step()
+            if self._cdsgd.nonfinite == "skip":
+                self._initialize(batch_size)  # the vote runs after the start-up agreement check
+            if not self._cdsgd.check_gradients(grads, self._steps, [p.name for p in self._params]):
+                super().step(batch_size, ignore_stale_grad)
+                self._cdsgd.finish_step()
         self._steps += 1
+
+    def _initialize(self, batch_size):
+        """What gluon's step does first: the kvstore and the parameters on the servers."""
+        self._check_and_rescale_grad(self._scale / batch_size)
+        if not self._kv_initialized:
+            self._init_kvstore()
+        if self._params_to_init:
+            self._init_params()
 
     def set_learning_rate(self, lr, local_lr=None):
         """Global learning rate (on the servers too) and the local one: local_lr, or scaled

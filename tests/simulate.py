@@ -21,10 +21,10 @@ def delayed(alg, t, n):
 
 
 def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch, poisoned=()):
-    """init: list of arrays; grad_fn(x, rank, t, index). Returns (x per rank, W) per parameter.
-    poisoned: (rank, step) pairs where that worker's gradient is non-finite under
-    nonfinite='skip': no global update at that step, and that worker neither steps its local
-    weights nor touches its residual."""
+    """init: list of arrays; grad_fn(x, rank, s, index) for data step s. Returns (x per rank, W)
+    per parameter. poisoned: (rank, s) pairs where that worker's gradient is non-finite under
+    nonfinite='skip': data step s is dropped on every worker, as if its batch never came (no
+    push, no local or global update, residuals and the schedule's step counter unchanged)."""
     f32 = np.float32
     rescale = f32(1.0 / batch)
     lr_rescale, local_rescale = f32(lr) * rescale, f32(local_lr) * rescale
@@ -33,16 +33,17 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
     mom = [np.zeros_like(a) for a in W]
     x = [[a.copy() for a in W] for _ in range(workers)]
     res = [[np.zeros(a.size, f32) for a in W] for _ in range(workers)]
-    for t in range(steps):
+    dropped = {s for _, s in poisoned}
+    t = 0  # the schedule's step: counts the steps that were not dropped
+    for s in range(steps):
+        if s in dropped:
+            continue
         comp = compressed(alg, t, n, k)
-        skip = any(s == t for _, s in poisoned)
         for i in range(P):
-            grads = [grad_fn(x[r][i], r, t, i) for r in range(workers)]
+            grads = [grad_fn(x[r][i], r, s, i) for r in range(workers)]
             total = np.zeros(W[i].size, f32)  # sums of 1/64-grid values and +-t: exact in any order
             for r in range(workers):
                 g = grads[r].reshape(-1)
-                if (r, t) in poisoned:
-                    continue
                 if comp:
                     packed, res[r][i] = ref.quantize(g, res[r][i], threshold)
                     total += ref.dequantize(packed, g.size, threshold)
@@ -51,17 +52,13 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
             total = total.reshape(W[i].shape)
             W_t = W[i]
             # float32, in the order of MXNet's sgd_mom_update (wd = 0) and sgd_update kernels
-            if skip:
-                W_next = W_t.copy()
-            else:
-                mom[i] = f32(momentum) * mom[i] - lr_rescale * total
-                W_next = W_t + mom[i]
+            mom[i] = f32(momentum) * mom[i] - lr_rescale * total
+            W_next = W_t + mom[i]
             for r in range(workers):
-                if delayed(alg, t, n) and (r, t) in poisoned:
-                    x[r][i] = W_t.copy()
-                elif delayed(alg, t, n):
+                if delayed(alg, t, n):
                     x[r][i] = W_t - local_rescale * grads[r]
                 else:
                     x[r][i] = W_next.copy()
             W[i] = W_next
+        t += 1
     return x, W

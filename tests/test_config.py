@@ -29,8 +29,9 @@ BASE = {"iterations": 100}
     ("latency", -1, "latency must be a number >= 0 or null, got -1"),
     ("seed", "x", "seed must be an integer, got 'x'"),
     ("out", "", "out must be a non-empty path"),
-    ("nonfinite", "ignore", "nonfinite must be one of error, got 'ignore'"),
-    ("nonfinite", "skip", "nonfinite must be one of error, got 'skip'"),
+    ("train_samples", 0, "train_samples must be an integer >= 1 or null, got 0"),
+    ("test_samples", "all", "test_samples must be an integer >= 1 or null, got 'all'"),
+    ("nonfinite", "ignore", "nonfinite must be one of error, skip, got 'ignore'"),
 ])
 def test_each_invalid_field_gives_its_message(field, value, message):
     values = dict(BASE)

@@ -127,3 +127,29 @@ def test_non_finite_gradient_stops_with_the_parameter_and_step():
     plist[2].grad()[:] = np.nan
     with pytest.raises(FloatingPointError, match="non-finite gradient in parameter p2 at step 0"):
         tr.step(1, ignore_stale_grad=True)
+
+
+@pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
+def test_non_finite_skip_in_one_process_leaves_weights_and_schedule_alone(alg):
+    params, plist = make_params()
+    tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local", algorithm=alg,
+                          warmup_steps=1, k=2, nonfinite="skip")
+    for p in plist:
+        p.grad()[:] = 0.1
+    tr.step(1, ignore_stale_grad=True)
+    tr.wait_all()
+    before = [p.data().asnumpy().copy() for p in plist]
+    plist[2].grad()[:] = np.nan
+    tr.step(1, ignore_stale_grad=True)
+    tr.wait_all()
+    for p, b in zip(plist, before):
+        np.testing.assert_array_equal(p.data().asnumpy(), b)
+    assert tr.kvstore.skipped_steps == [1]
+    assert sorted(tr.kvstore.bytes_by_step) == [0]
+    for p in plist:
+        p.grad()[:] = 1.0  # above the threshold: the compressed step moves the weights
+    tr.step(1, ignore_stale_grad=True)
+    tr.wait_all()
+    assert sorted(tr.kvstore.bytes_by_step) == [0, 1]  # the schedule's step 1 is the third call
+    assert all(np.all(np.isfinite(p.data().asnumpy())) for p in plist)
+    assert not np.array_equal(plist[0].data().asnumpy(), before[0])

@@ -13,7 +13,7 @@ from ..schedule import ALGORITHMS
 
 MODELS = ("lenet5", "resnet20", "inception_bn", "alexnet", "vgg16", "resnet50")
 DATASETS = ("mnist", "fashion_mnist", "cifar10", "imagenet", "synthetic")
-NONFINITE = ("error",)
+NONFINITE = ("error", "skip")
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit)$", re.I)
 
 
@@ -45,6 +45,8 @@ class Config:
     seed: int = 0
     out: str = "results/run"
     data_dir: Optional[str] = None
+    train_samples: Optional[int] = None  # use only the first N training samples (before sharding); null: all
+    test_samples: Optional[int] = None   # evaluate on the first N test samples; null: all
     nonfinite: str = "error"
     costs: Optional[str] = None      # k: auto reads tau, phi, psi from this bench.overlap --json output
     checkpoint: bool = True          # save trainer states and parameters at every epoch end
@@ -102,6 +104,8 @@ def _check(cfg):
     integer("warmup_steps", 0)
     number("threshold", 0, strict=True)
     integer("epochs", 1, allow_none=True)
+    integer("train_samples", 1, allow_none=True)
+    integer("test_samples", 1, allow_none=True)
     integer("iterations", 1, allow_none=True)
     need((cfg.epochs is None) != (cfg.iterations is None),
          "exactly one of epochs and iterations must be set, got epochs=%r, iterations=%r" % (cfg.epochs, cfg.iterations))
