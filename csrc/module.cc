@@ -5,7 +5,6 @@
 #include <pybind11/pybind11.h>
 
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,12 +39,12 @@ struct View {
   std::vector<int64_t> shape;
 };
 
+// Plain string building, no iostreams: some toolchains link libstdc++ statically into the
+// module, and its stream locale is then uninitialized (seen to crash on an H100 image).
 std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream o;
-  o << "(";
-  for (size_t i = 0; i < s.size(); ++i) o << s[i] << (s.size() == 1 || i + 1 < s.size() ? "," : "");
-  o << ")";
-  return o.str();
+  std::string o = "(";
+  for (size_t i = 0; i < s.size(); ++i) o += std::to_string(s[i]) + (s.size() == 1 || i + 1 < s.size() ? "," : "");
+  return o + ")";
 }
 
 void check_dtype(const char* name, Kind kind, char code, int bits, const std::string& shown) {

@@ -1,7 +1,7 @@
 """Codec throughput beside a memory-copy roofline and MXNet's own 2-bit kernels, in one run.
 
     python -m cdsgd_mx.bench.codec [--threads 1,2] [--sizes 1e4,1e5,1e6,1e7,1e8] [--json]
-        [--mxnet-baseline DIR]
+        [--mxnet-baseline DIR] [--device cpu|cuda]
 
 Each figure is the best of several repetitions (at least --min-time seconds in all).
 gb_per_s counts the bytes an op must move per value: quantize reads grad and residual and
@@ -10,6 +10,10 @@ encode/decode read and write a 4-byte word per 16 values (0.5 B), copy reads and
 MXNet's kernels (--mxnet-baseline: a folder with build.sh and mxnet_2bit.py, e.g. the project's
 shared/tools/mxnet-2bit-baseline) are measured when they can be built, and skipped with a note
 otherwise.
+
+--device cuda runs the CUDA kernels on GPU 0 instead, on arrays of whichever framework holds
+GPU arrays (MXNet with CUDA, else PyTorch or CuPy; see cdsgd_mx.bench.gpu), beside a
+device-to-device copy. Each call includes its launch and the wait for its result, as in training.
 """
 import argparse
 import json
@@ -105,6 +109,30 @@ def measure(n, threads, min_time, baseline, threshold=0.5):
     return rows
 
 
+def measure_cuda(n, min_time, arrays, threshold=0.5):
+    """The same ops on GPU 0; copy is the framework's device-to-device copy."""
+    rng = np.random.default_rng(0)
+    m = codec.packed_size(n)
+    g, r = arrays.array(rng.normal(0, 0.5, n).astype(np.float32)), arrays.zeros(n, "float32")
+    dst, out = arrays.zeros(n, "float32"), arrays.zeros(n, "float32")
+    p, w = arrays.zeros(m, "int32"), arrays.zeros(m, "float32")
+    g_, r_, out_, p_, w_ = (arrays.arg(x) for x in (g, r, out, p, w))  # capsules made once
+    codec.quantize(g_, r_, p_, threshold)
+    ops = {
+        "copy": lambda: arrays.copy(g, dst),
+        "quantize": lambda: codec.quantize(g_, r_, p_, threshold),
+        "dequantize": lambda: codec.dequantize(p_, out_, threshold),
+        "wire_encode": lambda: codec.wire_encode(p_, w_),
+        "wire_decode": lambda: codec.wire_decode(w_, p_),
+    }
+    rows = []
+    for op, fn in ops.items():
+        t = best_time(fn, min_time)
+        rows.append({"op": op, "n": n, "threads": 0, "device": "cuda:" + arrays.name,
+                     "melem_per_s": n / t / 1e6, "gb_per_s": n * BYTES_PER_VALUE[op] / t / 1e9})
+    return rows
+
+
 def main(argv=None):
     default_baseline = os.environ.get("CDSGD_MXNET_BASELINE", os.path.join("..", "shared", "tools", "mxnet-2bit-baseline"))
     ap = argparse.ArgumentParser(prog="python -m cdsgd_mx.bench.codec", description=__doc__.split("\n\n")[0])
@@ -113,7 +141,10 @@ def main(argv=None):
     ap.add_argument("--min-time", type=float, default=0.3, help="seconds of repetitions per figure")
     ap.add_argument("--mxnet-baseline", default=default_baseline, help="folder of the MXNet 2-bit baseline shim")
     ap.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = ap.parse_args(argv)
+    if args.device not in ("cpu", "cuda"):
+        ap.exit(2, "error: --device must be one of cpu, cuda, got %r\n" % args.device)
     try:
         sizes = [int(float(s)) for s in args.sizes.split(",")]
         threads = [int(s) for s in args.threads.split(",")]
@@ -121,14 +152,23 @@ def main(argv=None):
             raise ValueError
     except ValueError:
         ap.exit(2, "error: --sizes and --threads take comma-separated positive numbers, e.g. --sizes 1e6,1e7 --threads 1,2\n")
-    baseline, why = load_mxnet_baseline(os.path.abspath(args.mxnet_baseline))
+    if args.device == "cuda":
+        from . import gpu
+        arrays, why = (None, "cdsgd_mx was built without CUDA or sees no GPU") \
+            if codec.cuda_device_count() == 0 else gpu.backend()
+        if arrays is None:
+            ap.exit(2, "error: --device cuda: %s\n" % why)
+        threads, baseline, why = [0], None, "MXNet's 2-bit kernels are measured on the CPU only"
+    else:
+        baseline, why = load_mxnet_baseline(os.path.abspath(args.mxnet_baseline))
     if why and not args.json:
         print("note: MXNet kernels not measured: %s" % why)
     if not args.json:
         print("%-17s %11s %7s %12s %9s %10s %10s" % ("op", "n", "threads", "Melem/s", "GB/s", "x mxnet", "% of copy"))
     for n in sizes:
         for t in threads:
-            rows = measure(n, t, args.min_time, baseline)
+            rows = measure_cuda(n, args.min_time, arrays) if args.device == "cuda" \
+                else measure(n, t, args.min_time, baseline)
             by_op = {r["op"]: r for r in rows}
             for r in rows:
                 mx_op = {"quantize": "mxnet_quantize", "dequantize": "mxnet_dequantize"}.get(r["op"])
