@@ -80,6 +80,10 @@ class ServerState:
     def __call__(self, key, grad, weight):
         """MXNet's updater signature: (key, merged gradient, stored value)."""
         key = int(key)
+        # MXNet merges the workers' pushes into `grad` asynchronously, reading buffers it frees
+        # once this handler returns; an update that never reads `grad` (a registration round)
+        # would otherwise let that merge run on freed memory (seen: a server segfault in Plus).
+        grad.wait_to_read()
         if key in self.payloads:
             self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
             return
