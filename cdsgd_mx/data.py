@@ -135,3 +135,116 @@ def shard(n, rank, num_workers):
     if not 0 <= rank < num_workers:
         raise ValueError("rank must be in [0, %d), got %d" % (num_workers, rank))
     return np.arange(rank, n, num_workers)
+
+
+# CIFAR-10: the Python pickles (cifar-10-batches-py) or the binary records (cifar-10-batches-bin)
+CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32).reshape(1, 3, 1, 1)
+CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], np.float32).reshape(1, 3, 1, 1)
+CIFAR_PY = ["data_batch_%d" % i for i in range(1, 6)] + ["test_batch"]
+CIFAR_BIN = ["data_batch_%d.bin" % i for i in range(1, 6)] + ["test_batch.bin"]
+CIFAR_LAYOUTS = (("cifar-10-batches-py", CIFAR_PY), ("cifar-10-batches-bin", CIFAR_BIN))
+
+
+def find_cifar10(data_dir=None):
+    """The folder holding CIFAR-10's six batch files (either layout), looked for in DIR,
+    DIR's cifar-10-batches-py/-bin subfolder and the cache, or None."""
+    for base in ([data_dir] if data_dir else []) + [cache_dir()]:
+        for sub, files in CIFAR_LAYOUTS:
+            for d in (base, os.path.join(base, sub)):
+                if all(os.path.exists(os.path.join(d, f)) for f in files):
+                    return d
+    return None
+
+
+def _cifar_batch(folder, name):
+    """(images [n,3,32,32] uint8, labels [n]) of one batch file, in either layout."""
+    path = os.path.join(folder, name)
+    if os.path.exists(path):  # pickle
+        with open(path, "rb") as f:
+            d = pickle.load(f, encoding="bytes")
+        return np.asarray(d[b"data"], np.uint8).reshape(-1, 3, 32, 32), np.asarray(d[b"labels"])
+    rec = np.fromfile(path + ".bin", np.uint8).reshape(-1, 1 + 3 * 32 * 32)  # label byte + pixels
+    return rec[:, 1:].reshape(-1, 3, 32, 32), rec[:, 0]
+
+
+def load_cifar10(data_dir=None):
+    """Returns (x_train [50000,3,32,32], y_train, x_test [10000,3,32,32], y_test, source):
+    float32 images normalized per channel, float32 labels. From DIR or the cache (see
+    find_cifar10), else mx.gluon.data.vision.CIFAR10's download into the cache."""
+    folder = find_cifar10(data_dir)
+    if folder is not None:
+        parts = [_cifar_batch(folder, name) for name in CIFAR_PY]
+        xtr = np.concatenate([p[0] for p in parts[:5]])
+        ytr = np.concatenate([p[1] for p in parts[:5]])
+        (xte, yte), source = parts[5], "CIFAR-10 (%s)" % folder
+    else:
+        root = os.path.join(cache_dir(), "cifar10-gluon")
+        try:
+            import mxnet as mx
+            tr = mx.gluon.data.vision.CIFAR10(root=root, train=True)
+            te = mx.gluon.data.vision.CIFAR10(root=root, train=False)
+        except Exception as e:  # no network, blocked mirror, ...
+            raise FileNotFoundError(
+                "CIFAR-10 not found in %s or %s (looked for cifar-10-batches-py or -bin) and its "
+                "download failed (%s)" % (data_dir or "--data-dir (not given)", cache_dir(),
+                                          str(e).splitlines()[0] if str(e) else type(e).__name__))
+        xtr, ytr = tr._data.asnumpy().transpose(0, 3, 1, 2), tr._label
+        xte, yte = te._data.asnumpy().transpose(0, 3, 1, 2), te._label
+        source = "CIFAR-10 (mx.gluon.data.vision.CIFAR10 download, %s)" % root
+
+    def prep(x):
+        return (x.astype(np.float32) / 255.0 - CIFAR_MEAN) / CIFAR_STD
+
+    return prep(xtr), np.asarray(ytr, np.float32), prep(xte), np.asarray(yte, np.float32), source
+
+
+# ImageNet: MXNet's RecordIO files (tools/im2rec.py), read by mx.io.ImageRecordIter
+IMAGENET_FILES = ("train.rec", "train.idx", "val.rec", "val.idx")
+IMAGENET_MEAN = (123.68, 116.779, 103.939)
+IMAGENET_STD = (58.393, 57.12, 57.375)
+
+
+def find_imagenet(data_dir=None):
+    """data_dir if it holds train.rec/.idx and val.rec/.idx, else None."""
+    if data_dir and all(os.path.exists(os.path.join(data_dir, f)) for f in IMAGENET_FILES):
+        return data_dir
+    return None
+
+
+class ImageNetRecords:
+    """ImageNet batches from RecordIO: rank r reads part r of num_workers of train.rec
+    (random crops and mirrors, a new order each epoch), and the whole of val.rec (centre crops).
+    Batches are (NDArray x [b,3,h,w] normalized, NDArray y)."""
+
+    def __init__(self, data_dir, rank, num_workers, batch_size, shape=(3, 224, 224), seed=0):
+        folder = find_imagenet(data_dir)
+        if folder is None:
+            raise FileNotFoundError("ImageNet not found: data_dir %r must hold %s"
+                                    % (data_dir, ", ".join(IMAGENET_FILES)))
+        self.folder, self.rank, self.num_workers = folder, rank, num_workers
+        self.batch_size, self.shape, self.seed = batch_size, tuple(shape), seed
+        with open(os.path.join(folder, "train.idx")) as f:
+            self.num_train = sum(1 for line in f if line.strip())
+        self.source = "ImageNet RecordIO (%s)" % folder
+
+    def _iter(self, name, train, seed):
+        import mxnet as mx
+        norm = dict(mean_r=IMAGENET_MEAN[0], mean_g=IMAGENET_MEAN[1], mean_b=IMAGENET_MEAN[2],
+                    std_r=IMAGENET_STD[0], std_g=IMAGENET_STD[1], std_b=IMAGENET_STD[2])
+        parts = dict(num_parts=self.num_workers, part_index=self.rank) if train else {}
+        return mx.io.ImageRecordIter(
+            path_imgrec=os.path.join(self.folder, name + ".rec"),
+            path_imgidx=os.path.join(self.folder, name + ".idx"),
+            data_shape=self.shape, batch_size=self.batch_size, shuffle=train, seed=seed,
+            rand_crop=train, rand_mirror=train, resize=-1 if train else int(self.shape[1] * 256 / 224),
+            preprocess_threads=2, **norm, **parts)
+
+    def train_batches(self, epoch):
+        for batch in self._iter("train", True, self.seed * 1000 + epoch):
+            n = self.batch_size - batch.pad
+            yield batch.data[0][:n], batch.label[0][:n]
+
+    def val_batches(self):
+        for batch in self._iter("val", False, self.seed):
+            n = self.batch_size - batch.pad
+            yield batch.data[0][:n], batch.label[0][:n]

@@ -40,22 +40,90 @@ def choose_k(cfg):
     return timemodel.choose_k(c)
 
 
+class ArrayData:
+    """An in-memory data set: this rank's shard of the training set (a new order per epoch,
+    depending on (seed, epoch, rank) only, so a resumed run sees the same batches), the whole
+    test set on every rank. augment: random 4-pixel-padded crops and horizontal flips (the
+    usual CIFAR-10 augmentation)."""
+
+    def __init__(self, xtr, ytr, xte, yte, source, classes, cfg, rank, workers, augment=False):
+        from cdsgd_mx import data
+        if cfg.train_samples:
+            xtr, ytr = xtr[:cfg.train_samples], ytr[:cfg.train_samples]
+        if cfg.test_samples:
+            xte, yte = xte[:cfg.test_samples], yte[:cfg.test_samples]
+        idx = data.shard(len(xtr), rank, workers)
+        self.xtr, self.ytr, self.xte, self.yte = xtr[idx], ytr[idx], xte, yte
+        self.source, self.classes, self.augment = source, classes, augment
+        self.batch, self.seed, self.rank = cfg.batch_size, cfg.seed, rank
+        self.per_epoch = max(1, len(self.xtr) // self.batch)
+
+    def train_batches(self, epoch):
+        import numpy as np
+        order = np.random.RandomState([self.seed, epoch, self.rank]).permutation(len(self.xtr))
+        rng = np.random.RandomState([self.seed, epoch, self.rank, 1])
+        for b in range(self.per_epoch):
+            sel = order[b * self.batch:(b + 1) * self.batch]
+            x = self.xtr[sel]
+            if self.augment:
+                x = _crop_and_flip(x, rng)
+            yield x, self.ytr[sel]
+
+    def test_batches(self):
+        for i in range(0, len(self.xte), 1000):
+            yield self.xte[i:i + 1000], self.yte[i:i + 1000]
+
+
+def _crop_and_flip(x, rng, pad=4):
+    import numpy as np
+    n, _, h, w = x.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out = np.empty_like(x)
+    dy, dx = rng.randint(0, 2 * pad + 1, n), rng.randint(0, 2 * pad + 1, n)
+    flip = rng.rand(n) < 0.5
+    for i in range(n):
+        img = padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w]
+        out[i] = img[:, :, ::-1] if flip[i] else img
+    return out
+
+
+class RecordData:
+    """ImageNet from MXNet's RecordIO files: each rank reads its part of train.rec."""
+
+    def __init__(self, cfg, rank, workers, shape):
+        from cdsgd_mx import data
+        self.records = data.ImageNetRecords(cfg.data_dir, rank, workers, cfg.batch_size, shape=shape, seed=cfg.seed)
+        self.source, self.classes = self.records.source, 1000
+        self.per_epoch = max(1, self.records.num_train // workers // cfg.batch_size)
+        self.test_samples = cfg.test_samples
+
+    def train_batches(self, epoch):
+        for x, y in self.records.train_batches(epoch):
+            yield x, y.asnumpy()
+
+    def test_batches(self):
+        seen = 0
+        for x, y in self.records.val_batches():
+            if self.test_samples and seen >= self.test_samples:
+                return
+            seen += len(y)
+            yield x, y.asnumpy()
+
+
 def load_data(cfg, rank, workers):
     from cdsgd_mx import data, models
     shape = models.INPUT_SHAPES[cfg.model]
     if cfg.dataset == "synthetic":
-        x, y, source = data.synthetic(shape, 1000 if shape[1] == 224 else 10, 64 * cfg.batch_size, seed=cfg.seed + rank)
-        return x, y, x[:0], y[:0], source + " (speed only)", 1000 if shape[1] == 224 else 10
-    if cfg.dataset in ("mnist", "fashion_mnist"):
-        load = data.load_mnist if cfg.dataset == "mnist" else data.load_fashion_mnist
-        xtr, ytr, xte, yte, source = load(cfg.data_dir)
-        if shape[0] == 3:  # colour models on grey images: repeat the channel
-            xtr, xte = xtr.repeat(3, axis=1), xte.repeat(3, axis=1)
-    else:
-        raise C.ConfigError("dataset: %s needs its standard files in data_dir; only mnist, fashion_mnist and "
-                            "synthetic are loaded by this version" % cfg.dataset)
-    idx = data.shard(len(xtr), rank, workers)
-    return xtr[idx], ytr[idx], xte, yte, source, 10
+        classes = 1000 if shape[1] == 224 else 10
+        x, y, source = data.synthetic(shape, classes, 64 * cfg.batch_size, seed=cfg.seed + rank)
+        return ArrayData(x, y, x[:0], y[:0], source + " (speed only)", classes, cfg, 0, 1)
+    if cfg.dataset == "imagenet":
+        return RecordData(cfg, rank, workers, shape)
+    load = getattr(data, "load_" + cfg.dataset)  # load_mnist, load_fashion_mnist, load_cifar10
+    xtr, ytr, xte, yte, source = load(cfg.data_dir)
+    if shape[0] == 3 and xtr.shape[1] == 1:  # colour models on grey images: repeat the channel
+        xtr, xte = xtr.repeat(3, axis=1), xte.repeat(3, axis=1)
+    return ArrayData(xtr, ytr, xte, yte, source, 10, cfg, rank, workers, augment=cfg.dataset == "cifar10")
 
 
 def worker(cfg, resume):
@@ -73,16 +141,23 @@ def worker(cfg, resume):
                         threshold=cfg.threshold, nonfinite=cfg.nonfinite,
                         local_optimizer_params={"learning_rate": cfg.local_lr or cfg.lr})
     # the data shard needs the rank, which the Trainer's kvstore knows: model, trainer, then data
-    net = models.build(cfg.model, 10)
-    net.initialize(mx.init.Xavier(magnitude=2.0), ctx=mx.cpu())
+    # the data shard needs the rank, which the Trainer's kvstore knows: model, trainer, then data
     shape = models.INPUT_SHAPES[cfg.model]
+    classes = 1000 if cfg.dataset == "imagenet" or (cfg.dataset == "synthetic" and shape[1] == 224) else 10
+    net = models.build(cfg.model, classes)
+    net.initialize(mx.init.Xavier(magnitude=2.0), ctx=mx.cpu())
     net(mx.nd.zeros((1,) + shape))
     net.hybridize()
     trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": cfg.lr, "momentum": cfg.momentum,
                                                             "wd": cfg.wd}, **trainer_args)
     rank, workers = trainer.kvstore.rank, trainer.kvstore.num_workers
-    xtr, ytr, xte, yte, source, classes = load_data(cfg, rank, workers)
-    per_epoch = max(1, len(xtr) // cfg.batch_size)
+    try:
+        dataset = load_data(cfg, rank, workers)
+    except FileNotFoundError as e:
+        sys.stderr.write("data error: %s\n" % e)
+        sys.exit(2)
+    source = dataset.source
+    per_epoch = dataset.per_epoch
     total = cfg.iterations or cfg.epochs * per_epoch
     epochs = math.ceil(total / per_epoch)
     os.makedirs(cfg.out, exist_ok=True)
@@ -102,44 +177,44 @@ def worker(cfg, resume):
         factor = cfg.lr_factor ** sum(1 for e in cfg.lr_steps if e <= epoch)
         if trainer.learning_rate != cfg.lr * factor:
             trainer.set_learning_rate(cfg.lr * factor, local_lr=(cfg.local_lr or cfg.lr) * factor)
-        # the order of epoch e depends on (seed, e, rank) only: a resumed run sees the same batches
-        order = np.random.RandomState([cfg.seed, epoch, rank]).permutation(len(xtr))
         bar = None
         if rank == 0:
             from tqdm import tqdm
             bar = tqdm(total=min(per_epoch, total - it), desc="epoch %d/%d" % (epoch + 1, epochs),
                        file=sys.stdout, mininterval=1.0)
         losses, correct, seen = [], 0, 0
-        for b in range(per_epoch):
+        t0 = time.perf_counter()
+        for xb, yb in dataset.train_batches(epoch):
             if it >= total:
                 break
-            sel = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
-            t0 = time.perf_counter()
-            x, y = mx.nd.array(xtr[sel]), mx.nd.array(ytr[sel])
+            x, y = mx.nd.array(xb), mx.nd.array(yb)
             with autograd.record():
                 out = net(x)
                 loss = loss_fn(out, y)
             loss.backward()
             trainer.step(cfg.batch_size * workers)  # Module's convention, as in the paper
             value = float(loss.mean().asscalar())
-            correct += int((out.argmax(axis=1).asnumpy() == ytr[sel]).sum())
-            seen += len(sel)
+            correct += int((out.argmax(axis=1).asnumpy() == yb).sum())
+            seen += len(yb)
             losses.append(value)
+            now = time.perf_counter()  # from the end of the previous step: data loading included
             log.write(json.dumps({"iteration": it, "epoch": epoch, "loss": value,
-                                  "iter_ms": 1e3 * (time.perf_counter() - t0),
+                                  "iter_ms": 1e3 * (now - t0),
                                   "bytes_pushed": trainer.kvstore.push_bytes_of_step(it)}) + "\n")
             it += 1
+            t0 = now
             if bar:
                 bar.update(1)
                 bar.set_postfix(loss="%.4f" % np.mean(losses[-20:]))
         if bar:
             bar.close()
         trainer.wait_all()
-        test_acc = None
-        if len(xte):
-            hits = sum(int((net(mx.nd.array(xte[i:i + 1000])).argmax(axis=1).asnumpy() == yte[i:i + 1000]).sum())
-                       for i in range(0, len(xte), 1000))
-            test_acc = hits / len(xte)
+        test_acc, hits, tested = None, 0, 0
+        for xb, yb in dataset.test_batches():
+            hits += int((net(mx.nd.array(xb)).argmax(axis=1).asnumpy() == yb).sum())
+            tested += len(yb)
+        if tested:
+            test_acc = hits / tested
         record = {"epoch": epoch, "loss": float(np.mean(losses)) if losses else None,
                   "train_accuracy": correct / max(1, seen), "test_accuracy": test_acc,
                   "learning_rate": trainer.learning_rate, "data": source}

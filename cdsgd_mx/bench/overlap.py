@@ -1,10 +1,11 @@
 """Iteration time of S-SGD, BIT-SGD, OD-SGD and CD-SGD side by side, on real processes.
 
     python -m cdsgd_mx.bench.overlap [--bandwidth 1gbit] [--workers 2] [--params 2e6]
-        [--iterations 60] [--algorithms ssgd,bitsgd,odsgd,cdsgd] [--trace-dir DIR] [--json]
+        [--model mlp|alexnet|vgg16|inception_bn|resnet50|...] [--iterations 60]
+        [--algorithms ssgd,bitsgd,odsgd,cdsgd] [--trace-dir DIR] [--json]
 
-A synthetic MLP (about --params weights; synthetic inputs, since time does not depend on the
-values) trains for --iterations steps per algorithm under the launcher, optionally behind an
+A model (default: a synthetic MLP of about --params weights; or one of the paper's models by
+name) on synthetic inputs (time does not depend on the values) trains for --iterations steps per algorithm under the launcher, optionally behind an
 emulated link. Each worker measures:
   compute_ms  forward/backward alone (tau), in a phase before training, waited to the end;
   iter_ms     mean time between step() returns after warm-up (the iteration time);
@@ -43,16 +44,24 @@ def worker(args):
     from mxnet import autograd, gluon
     import cdsgd_mx
 
-    net, in_units = mlp(args.params)
+    if args.model == "mlp":
+        net, in_units = mlp(args.params)
+        shape, classes = (in_units,), 10
+    else:
+        from .. import models
+        shape = models.INPUT_SHAPES[args.model]
+        classes = 1000 if shape[-1] == 224 else 10
+        net = models.build(args.model, classes)
     net.initialize(mx.init.Xavier())
+    net(mx.nd.zeros((1,) + shape))  # deferred shapes known before the trainer sees the parameters
     net.hybridize()
     trace = os.path.join(args.trace_dir, "%s.json" % args.algorithm) if args.trace_dir else "/dev/null"
     trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9},
                                algorithm=args.algorithm, k=args.k, warmup_steps=args.warmup,
                                threshold=args.threshold, trace=trace)
     kv = trainer.kvstore
-    x = mx.nd.array(np.random.RandomState(kv.rank).randn(args.batch, in_units).astype(np.float32))
-    y = mx.nd.array(np.random.RandomState(kv.rank).randint(0, 10, args.batch).astype(np.float32))
+    x = mx.nd.array(np.random.RandomState(kv.rank).randn(args.batch, *shape).astype(np.float32))
+    y = mx.nd.array(np.random.RandomState(kv.rank).randint(0, classes, args.batch).astype(np.float32))
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     def fwd_bwd(step):
@@ -74,7 +83,8 @@ def worker(args):
     stamps = []
     if args.comm_only:  # no forward/backward: each step is one round of communication
         for p in net.collect_params().values():
-            p.grad()[:] = 0
+            if p.grad_req != "null":  # BatchNorm's running statistics have no gradient
+                p.grad()[:] = 0
         for it in range(args.iterations):
             trainer.step(args.batch, ignore_stale_grad=True)
             mx.nd.waitall()
@@ -93,7 +103,8 @@ def worker(args):
         if args.trace_dir:
             trainer.save_trace()
         print("RESULT " + json.dumps({
-            "algorithm": args.algorithm, "workers": kv.num_workers, "params": sum(
+            "algorithm": args.algorithm, "model": args.model, "batch": args.batch,
+            "workers": kv.num_workers, "params": sum(
                 int(np.prod(p.shape)) for p in net.collect_params().values()),
             "compute_ms": compute_ms, "iter_ms": iter_ms,
             "bytes_per_step": kv.bytes_pushed / args.iterations}), flush=True)
@@ -110,7 +121,7 @@ def leader(args):
         cmd += ["--", sys.executable, "-m", "cdsgd_mx.bench.overlap", "--worker", "--algorithm", alg]
         if comm_only:
             cmd.append("--comm-only")
-        for name in ("params", "iterations", "batch", "k", "warmup", "threshold", "compute_iterations"):
+        for name in ("model", "params", "iterations", "batch", "k", "warmup", "threshold", "compute_iterations"):
             cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
         if args.trace_dir and not comm_only:
             cmd += ["--trace-dir", os.path.abspath(args.trace_dir)]
@@ -129,7 +140,7 @@ def leader(args):
     phi, psi = results.pop("ssgd_comm")["iter_ms"], results.pop("bitsgd_comm")["iter_ms"]
     comm_cd = ((args.k - 1) * psi + phi) / args.k  # the paper's eq. 6 averaged over k steps
     if args.json:
-        print(json.dumps({"phi_ms": phi, "psi_plus_delta_ms": psi, "cdsgd_comm_ms": comm_cd}))
+        print(json.dumps({"phi_ms": phi, "psi_plus_delta_ms": psi, "cdsgd_comm_ms": comm_cd}), flush=True)
         return results
     print("\nlink: %s, %d workers, %d server(s), %d parameters, batch %d, k=%d" % (
         args.bandwidth or "unshaped loopback", args.workers, args.servers,
@@ -161,7 +172,8 @@ def main(argv=None):
     ap.add_argument("--bandwidth", default=None, help="emulated link, tc syntax (e.g. 1gbit); default: none")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--servers", type=int, default=1)
-    ap.add_argument("--params", type=float, default=2e6)
+    ap.add_argument("--params", type=float, default=2e6, help="weights of the MLP (--model mlp)")
+    ap.add_argument("--model", default="mlp", help="mlp (default) or a model of cdsgd_mx.models")
     ap.add_argument("--iterations", type=int, default=60)
     ap.add_argument("--compute-iterations", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64)
@@ -174,6 +186,9 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     args.params = int(args.params)
+    from .. import models
+    if args.model != "mlp" and args.model not in models.INPUT_SHAPES:
+        ap.error("--model must be mlp or one of %s, got %r" % (", ".join(models.INPUT_SHAPES), args.model))
     bad = [a for a in args.algorithms.split(",") if a not in ALGORITHMS]
     if bad:
         ap.error("--algorithms: %s not one of %s" % (", ".join(bad), ", ".join(ALGORITHMS)))
