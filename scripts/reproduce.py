@@ -181,6 +181,7 @@ def plot_curves(name, exp, results, out_dir, names):
                 axes[1].plot([a for a, _ in accs], [b for _, b in accs], marker="o", label=LABELS[n])
         axes[0].set(xlabel="iteration", ylabel="training loss (smoothed)", title="%s, %d workers" % (exp["title"], workers))
         axes[1].set(xlabel="epoch", ylabel="test accuracy (%)", title="test accuracy")
+        axes[1].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         if max(len(results[(n, workers)][1]) for n in present) <= 1:  # one evaluation: bars
             axes[1].clear()
             accs = [100 * (results[(n, workers)][1][-1]["test_accuracy"] or 0) for n in present]
@@ -257,6 +258,7 @@ def plot_ksweep(exp, results, out_dir):
             ax.plot([a for a, _ in accs], [b for _, b in accs], marker="o", label=LABELS[n],
                     linestyle="--" if n in ("ssgd", "bitsgd") else "-")
         ax.set(xlabel="epoch", ylabel="test accuracy (%)", title="%s, %d workers" % (exp["title"], workers))
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend()
     path = save_figure(plt, fig, out_dir, "fig9.png")
