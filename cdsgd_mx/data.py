@@ -239,12 +239,14 @@ class ImageNetRecords:
             rand_crop=train, rand_mirror=train, resize=-1 if train else int(self.shape[1] * 256 / 224),
             preprocess_threads=2, **norm, **parts)
 
-    def train_batches(self, epoch):
-        for batch in self._iter("train", True, self.seed * 1000 + epoch):
+    def _batches(self, name, train, seed):
+        """(x, y) per batch, without the samples the iterator pads the last batch with."""
+        for batch in self._iter(name, train, seed):
             n = self.batch_size - batch.pad
             yield batch.data[0][:n], batch.label[0][:n]
 
+    def train_batches(self, epoch):
+        return self._batches("train", True, self.seed * 1000 + epoch)
+
     def val_batches(self):
-        for batch in self._iter("val", False, self.seed):
-            n = self.batch_size - batch.pad
-            yield batch.data[0][:n], batch.label[0][:n]
+        return self._batches("val", False, self.seed)

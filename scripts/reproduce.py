@@ -295,7 +295,7 @@ def load_speed_config(path, quick, workers=None):
     the config's. A bad config exits with one line naming the field."""
     import yaml
     from cdsgd_mx import models
-    from cdsgd_mx.experiments.config import RATE_RE
+    from cdsgd_mx.experiments.config import RATE_RE, _is_int, _is_num
     with open(path) as f:
         cfg = yaml.safe_load(f) or {}
     if quick:
@@ -308,21 +308,20 @@ def load_speed_config(path, quick, workers=None):
         sys.exit("reproduce: %s: %s (fields: %s)" % (path, "unknown fields " + ", ".join(unknown) if unknown
                                                      else "missing fields " + ", ".join(missing), ", ".join(SPEED_FIELDS)))
 
-    def positive_ints(v):
-        return isinstance(v, list) and v and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in v)
+    def ints(values, low):
+        return isinstance(values, list) and bool(values) and all(_is_int(v) and v >= low for v in values)
     checks = [
         ("models", isinstance(cfg["models"], list) and cfg["models"] and all(m in models.INPUT_SHAPES for m in cfg["models"]),
          "a list of models among " + ", ".join(models.INPUT_SHAPES)),
-        ("batches", positive_ints(cfg["batches"]), "a list of integers >= 1"),
+        ("batches", ints(cfg["batches"], 1), "a list of integers >= 1"),
         ("bandwidths", isinstance(cfg["bandwidths"], list) and cfg["bandwidths"]
          and all(isinstance(b, str) and RATE_RE.match(b) for b in cfg["bandwidths"]), "a list of tc rates such as 1gbit"),
-        ("workers", positive_ints([cfg["workers"]]), "an integer >= 1"),
-        ("servers", positive_ints([cfg["servers"]]), "an integer >= 1"),
-        ("iterations", positive_ints([cfg["iterations"]]), "an integer >= 1"),
-        ("warmup", positive_ints([cfg["warmup"] + 1]) if isinstance(cfg["warmup"], int) else False, "an integer >= 0"),
-        ("k", positive_ints([cfg["k"]]), "an integer >= 1"),
-        ("threshold", isinstance(cfg["threshold"], (int, float)) and not isinstance(cfg["threshold"], bool)
-         and cfg["threshold"] > 0, "a number > 0"),
+        ("workers", ints([cfg["workers"]], 1), "an integer >= 1"),
+        ("servers", ints([cfg["servers"]], 1), "an integer >= 1"),
+        ("iterations", ints([cfg["iterations"]], 1), "an integer >= 1"),
+        ("warmup", ints([cfg["warmup"]], 0), "an integer >= 0"),
+        ("k", ints([cfg["k"]], 1), "an integer >= 1"),
+        ("threshold", _is_num(cfg["threshold"]) and cfg["threshold"] > 0, "a number > 0"),
     ]
     for field, ok, allowed in checks:
         if not ok:

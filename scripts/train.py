@@ -46,7 +46,7 @@ class ArrayData:
     test set on every rank. augment: random 4-pixel-padded crops and horizontal flips (the
     usual CIFAR-10 augmentation)."""
 
-    def __init__(self, xtr, ytr, xte, yte, source, classes, cfg, rank, workers, augment=False):
+    def __init__(self, xtr, ytr, xte, yte, source, cfg, rank, workers, augment=False):
         from cdsgd_mx import data
         if cfg.train_samples:
             xtr, ytr = xtr[:cfg.train_samples], ytr[:cfg.train_samples]
@@ -54,7 +54,7 @@ class ArrayData:
             xte, yte = xte[:cfg.test_samples], yte[:cfg.test_samples]
         idx = data.shard(len(xtr), rank, workers)
         self.xtr, self.ytr, self.xte, self.yte = xtr[idx], ytr[idx], xte, yte
-        self.source, self.classes, self.augment = source, classes, augment
+        self.source, self.augment = source, augment
         self.batch, self.seed, self.rank = cfg.batch_size, cfg.seed, rank
         self.per_epoch = max(1, len(self.xtr) // self.batch)
 
@@ -93,7 +93,7 @@ class RecordData:
     def __init__(self, cfg, rank, workers, shape):
         from cdsgd_mx import data
         self.records = data.ImageNetRecords(cfg.data_dir, rank, workers, cfg.batch_size, shape=shape, seed=cfg.seed)
-        self.source, self.classes = self.records.source, 1000
+        self.source = self.records.source
         self.per_epoch = max(1, self.records.num_train // workers // cfg.batch_size)
         self.test_samples = cfg.test_samples
 
@@ -110,20 +110,26 @@ class RecordData:
             yield x, y.asnumpy()
 
 
+def num_classes(cfg):
+    """ImageNet's 1000, also for synthetic ImageNet-shaped inputs; else 10."""
+    from cdsgd_mx import models
+    imagenet_shaped = models.INPUT_SHAPES[cfg.model][1] == 224
+    return 1000 if cfg.dataset == "imagenet" or (cfg.dataset == "synthetic" and imagenet_shaped) else 10
+
+
 def load_data(cfg, rank, workers):
     from cdsgd_mx import data, models
     shape = models.INPUT_SHAPES[cfg.model]
     if cfg.dataset == "synthetic":
-        classes = 1000 if shape[1] == 224 else 10
-        x, y, source = data.synthetic(shape, classes, 64 * cfg.batch_size, seed=cfg.seed + rank)
-        return ArrayData(x, y, x[:0], y[:0], source + " (speed only)", classes, cfg, 0, 1)
+        x, y, source = data.synthetic(shape, num_classes(cfg), 64 * cfg.batch_size, seed=cfg.seed + rank)
+        return ArrayData(x, y, x[:0], y[:0], source + " (speed only)", cfg, 0, 1)
     if cfg.dataset == "imagenet":
         return RecordData(cfg, rank, workers, shape)
     load = getattr(data, "load_" + cfg.dataset)  # load_mnist, load_fashion_mnist, load_cifar10
     xtr, ytr, xte, yte, source = load(cfg.data_dir)
     if shape[0] == 3 and xtr.shape[1] == 1:  # colour models on grey images: repeat the channel
         xtr, xte = xtr.repeat(3, axis=1), xte.repeat(3, axis=1)
-    return ArrayData(xtr, ytr, xte, yte, source, 10, cfg, rank, workers, augment=cfg.dataset == "cifar10")
+    return ArrayData(xtr, ytr, xte, yte, source, cfg, rank, workers, augment=cfg.dataset == "cifar10")
 
 
 def worker(cfg, resume):
@@ -141,10 +147,8 @@ def worker(cfg, resume):
                         threshold=cfg.threshold, nonfinite=cfg.nonfinite,
                         local_optimizer_params={"learning_rate": cfg.local_lr or cfg.lr})
     # the data shard needs the rank, which the Trainer's kvstore knows: model, trainer, then data
-    # the data shard needs the rank, which the Trainer's kvstore knows: model, trainer, then data
     shape = models.INPUT_SHAPES[cfg.model]
-    classes = 1000 if cfg.dataset == "imagenet" or (cfg.dataset == "synthetic" and shape[1] == 224) else 10
-    net = models.build(cfg.model, classes)
+    net = models.build(cfg.model, num_classes(cfg))
     net.initialize(mx.init.Xavier(magnitude=2.0), ctx=mx.cpu())
     net(mx.nd.zeros((1,) + shape))
     net.hybridize()

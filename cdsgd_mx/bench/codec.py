@@ -99,13 +99,20 @@ def measure(n, threads, min_time, baseline, threshold=0.5):
 
         ops["mxnet_quantize"] = mx_quantize
         ops["mxnet_dequantize"] = mx_dequantize
+    rows = time_ops(ops, n, min_time, threads=threads)
+    for r in rows:
+        if r["op"] == "copy":
+            r["threads"] = 1  # numpy's copy is single-threaded
+    return rows
+
+
+def time_ops(ops, n, min_time, **fields):
+    """One row per op (dict order): throughput of its best time, plus the given fields."""
     rows = []
     for op, fn in ops.items():
         t = best_time(fn, min_time)
-        rows.append({
-            "op": op, "n": n, "threads": 1 if op == "copy" else threads,
-            "melem_per_s": n / t / 1e6, "gb_per_s": n * BYTES_PER_VALUE[op] / t / 1e9,
-        })
+        rows.append(dict(op=op, n=n, **fields, melem_per_s=n / t / 1e6,
+                         gb_per_s=n * BYTES_PER_VALUE[op] / t / 1e9))
     return rows
 
 
@@ -125,12 +132,7 @@ def measure_cuda(n, min_time, arrays, threshold=0.5):
         "wire_encode": lambda: codec.wire_encode(p_, w_),
         "wire_decode": lambda: codec.wire_decode(w_, p_),
     }
-    rows = []
-    for op, fn in ops.items():
-        t = best_time(fn, min_time)
-        rows.append({"op": op, "n": n, "threads": 0, "device": "cuda:" + arrays.name,
-                     "melem_per_s": n / t / 1e6, "gb_per_s": n * BYTES_PER_VALUE[op] / t / 1e9})
-    return rows
+    return time_ops(ops, n, min_time, threads=0, device="cuda:" + arrays.name)
 
 
 def main(argv=None):
