@@ -33,6 +33,15 @@ def _exit_on_uncaught_exception():
     sys.excepthook = hook
 
 
+def _registration(buckets, threshold, compressing):
+    """The servers' register command: each bucket's parameters (slots: state id and range in
+    the weight key) and, when compressing, its payload key."""
+    return {"op": "register", "weights": [b.weight_key for b in buckets] if compressing else [],
+            "slots": {str(b.weight_key): [[s.state_id, s.offset - b.offset, s.offset - b.offset + s.size]
+                                          for s in b.slots] for b in buckets},
+            "payloads": {str(b.payload_key): [b.weight_key, b.size, threshold] for b in buckets} if compressing else {}}
+
+
 class DistBackend:
     def __init__(self, name):
         _exit_on_uncaught_exception()
@@ -40,36 +49,49 @@ class DistBackend:
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
-        self.acks = {}  # payload key -> row_sparse array an empty pull writes (see request_acks)
+        self.acks = {}      # payload key -> row_sparse array an empty pull writes (see request_acks)
+        self.staging = {}   # payload key -> dense [N, words]: this worker's codes in its own row
+        self.rows = {}      # payload key -> this worker's row of its staging array
+        self.payloads = {}  # payload key -> the row_sparse array pushed (made once, refilled)
         self.no_rows = mx.nd.array([], dtype="int64")
 
     def set_optimizer(self, optimizer):
         self.kv.set_optimizer(optimizer)
 
-    def init(self, key, value):
-        self.kv.init(key, value)
+    def init(self, keys, values):
+        self.kv.init(keys, values)  # one barrier for all
 
-    def init_payload(self, key, words):
-        # the server takes a row_sparse key's shape from its init value: store every row
-        n = self.num_workers
-        self.kv.init(key, mx.nd.sparse.row_sparse_array(
-            (mx.nd.ones((n, words)), mx.nd.arange(n, dtype="int64")), shape=(n, words)))
+    def init_payloads(self, buckets):
+        """Payload keys and the arrays every compressed push reuses (nothing is allocated on
+        the hot path): the server takes a row_sparse key's shape from its init value, so the
+        init stores every row."""
+        n, keys, values = self.num_workers, [], []
+        for b in buckets:
+            keys.append(b.payload_key)
+            values.append(mx.nd.sparse.row_sparse_array(
+                (mx.nd.ones((n, b.words)), mx.nd.arange(n, dtype="int64")), shape=(n, b.words)))
+            self.staging[b.payload_key] = mx.nd.zeros((n, b.words))
+            self.rows[b.payload_key] = self.staging[b.payload_key][self.rank]
+            self.payloads[b.payload_key] = mx.nd.sparse.row_sparse_array(
+                (mx.nd.ones((1, b.words)), mx.nd.array([self.rank], dtype="int64")), shape=(n, b.words))
+            self.acks[b.payload_key] = mx.nd.sparse.zeros("row_sparse", (n, b.words))
+        self.kv.init(keys, values)
 
     def command(self, msg):
         if self.rank == 0:
             self.kv._send_command_to_servers(0, COMMAND_PREFIX + json.dumps(msg))
         self.kv._barrier()
 
-    def register(self, chunks, threshold):
-        """Tell the servers which payload key decodes into which weight, then run the
-        registration round: a zero push to every weight key, which the server only records."""
-        for c in chunks:
-            self.acks[c.payload_key] = mx.nd.sparse.zeros("row_sparse", (self.num_workers, c.words))
-        self.command({"op": "register", "weights": [c.weight_key for c in chunks],
-                      "payloads": {str(c.payload_key): [c.weight_key, c.size, threshold] for c in chunks}})
-        zeros = [mx.nd.zeros((c.size,)) for c in chunks]
-        for c, z in zip(chunks, zeros):
-            self.kv.push(c.weight_key, z)
+    def register(self, buckets, threshold, compressing):
+        """Tell the servers which parameters each bucket holds and, when compressing, which
+        payload key decodes into which weight, then run the registration round: a zero push
+        to every weight key, which the server only records (a payload update needs it)."""
+        self.command(_registration(buckets, threshold, compressing))
+        if not compressing:
+            return
+        zeros = [mx.nd.zeros((b.size,)) for b in buckets]
+        for b, z in zip(buckets, zeros):
+            self.kv.push(b.weight_key, z)
         for z in zeros:
             _wait_to_write(z)
         self.kv._barrier()
@@ -123,12 +145,15 @@ class DistBackend:
     def push(self, key, value):
         self.kv.push(key, value)
 
-    def push_payload(self, key, wire_row):
-        """wire_row: numpy float32 [words]: this worker's row of the payload key."""
-        rsp = mx.nd.sparse.row_sparse_array(
-            (wire_row.reshape(1, -1), np.array([self.rank], np.int64)), shape=(self.num_workers, wire_row.size))
-        self.kv.push(key, rsp)
-        return rsp
+    def wire_row(self, key):
+        """Where this worker's wire floats for payload key `key` go before push_payload."""
+        return self.rows[key]
+
+    def push_payload(self, key):
+        """Push this worker's row: the staging row goes into the reused row_sparse array (an
+        engine copy that keeps the one non-zero row: wire floats are >= 1.0), then out."""
+        self.staging[key].copyto(self.payloads[key])
+        self.kv.push(key, self.payloads[key])
 
     def request_acks(self, payload_keys):
         """Ask for the acknowledgement of this worker's latest push to each payload key.
@@ -162,15 +187,18 @@ class LocalBackend:
     def __init__(self):
         self.server = ServerState()
         self.store = {}
+        self.staging = {}  # payload key -> numpy [1, words]: the codes the next push carries
 
     def set_optimizer(self, optimizer):
         self.server.set_optimizer(optimizer)
 
-    def init(self, key, value):
-        self.store[key] = value.copy()
+    def init(self, keys, values):
+        for k, v in zip(keys, values):
+            self.store[k] = v.copy()
 
-    def init_payload(self, key, words):
-        pass
+    def init_payloads(self, buckets):
+        for b in buckets:
+            self.staging[b.payload_key] = np.zeros((1, b.words), np.float32)
 
     def command(self, msg):
         self.server.command(json.dumps(msg))
@@ -188,20 +216,21 @@ class LocalBackend:
     def tally(self, key, value):
         return np.asarray(value, np.float32)
 
-    def register(self, chunks, threshold):
-        self.server.command(json.dumps({"op": "register", "weights": [], "payloads": {
-            str(c.payload_key): [c.weight_key, c.size, threshold] for c in chunks}}))
-        for c in chunks:
-            self.server.weights[c.weight_key] = self.store[c.weight_key]
+    def register(self, buckets, threshold, compressing):
+        msg = _registration(buckets, threshold, compressing)
+        msg["weights"] = []  # no registration round: the weights are at hand
+        self.server.command(json.dumps(msg))
+        for b in buckets:
+            self.server.weights[b.weight_key] = self.store[b.weight_key]
 
     def push(self, key, value):
         self.server(key, value.copy(), self.store[key])
 
-    def push_payload(self, key, wire_row):
-        rsp = mx.nd.sparse.row_sparse_array((wire_row.reshape(1, -1), np.array([0], np.int64)),
-                                            shape=(1, wire_row.size))
-        self.server(key, rsp, None)
-        return rsp
+    def wire_row(self, key):
+        return self.staging[key][0]
+
+    def push_payload(self, key):
+        self.server.apply_payload(key, self.staging[key], None)
 
     def request_acks(self, payload_keys):
         pass  # pushes are applied synchronously in process

@@ -89,6 +89,17 @@ def wire_decode(wire, packed, threads=None):
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
 
 
+def decode_sum(wire, out, threshold, threads=None):
+    """The server's decode of a bucket: out = sum over the rows of wire ([rows, ceil(n/16)]
+    floats, one row per worker) of their decoded codes, in one call. Raises ValueError on a
+    corrupt payload. CPU only."""
+    rows = wire.shape[0] if wire.ndim == 2 else 1
+    bad = _native.decode_sum(_array(wire, False), rows, _array(out, True), _threshold(threshold),
+                             _threads(threads))
+    if bad:
+        raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
+
+
 def count_nonfinite(x, threads=None):
     """Number of NaN/Inf values in x (float32): the Trainer's check before a push."""
     return _native.count_nonfinite(_array(x, False), _threads(threads))

@@ -4,20 +4,23 @@ the one-step delayed local update, over one native dist_sync kvstore per worker.
     kv = mx.kv.create('cdsgd')            # defaults: cdsgd on dist_sync, see CDSGD.__init__
     kv = cdsgd_mx.CDSGD(algorithm='odsgd', kvstore='local')
 
-Per parameter (names from the paper, Fig. 4):
-- comm_buf: the gradient g(t) handed to the communication thread, then overwritten by the
-  pulled global weight W(t+1) (one buffer serves both, as in the paper);
-- sml_buf:  the 2-bit codes of g(t) + residual, per chunk (MXNet's packed layout);
-- loc_buf:  the weights the next forward/backward reads: the parameter's own data array;
+Parameters are fused into buckets (buckets.py): the parameters of one broadcast() call are laid
+out in flat buffers and every per-step operation runs once per bucket. Buffers (the paper's
+names, Fig. 4), per bucket set:
+- comm_buf: g(t) handed to the communication thread, then overwritten by the pulled global
+  weights W(t+1) (one buffer serves both, as in the paper);
+- sml_buf:  the 2-bit codes of g(t) + residual, per bucket (MXNet's packed layout);
+- loc_buf:  x(t+1), the weights the next forward/backward reads, copied into the parameters;
 - residual: the error-feedback memory of the quantizer, changed only on compressed steps.
 
-One step t of pushpull(key, grad, out=loc_buf) (Algorithm 1, per parameter):
-  synchronous steps (warm-up before n-1, ssgd, bitsgd): push g(t) (fp32 or codes), pull W(t+1)
-      into loc_buf; the call returns once the pull is issued (the engine orders the next
-      forward after it).
+One step t of pushpull(keys, grads, out=weights) (Algorithm 1, per bucket set):
+  synchronous steps (warm-up before n-1, ssgd, bitsgd): comm_buf = g(t); push it (fp32 or
+      codes), pull W(t+1) into comm_buf; the parameters get W(t+1) once the pulls are issued
+      (finish_step; the engine orders the next forward after the copies).
   delayed steps (odsgd/cdsgd from step n-1 on):
       1. wait until W(t), the previous round's pull, is issued into comm_buf;
-      2. loc_buf = W(t), then the local optimizer steps it with g(t)  -> x(t+1)   (eq. 11)
+      2. loc_buf = W(t), then the local optimizer steps it with g(t)  -> x(t+1)   (eq. 11),
+         copied into the parameters;
       3. comm_buf = g(t); hand round t (quantize?, push, pull W(t+1) into comm_buf) to the
          communication thread and return: forward/backward of t+1 runs meanwhile.
 """
@@ -30,12 +33,14 @@ import mxnet as mx
 import numpy as np
 from mxnet.kvstore import KVStoreBase
 
+from . import buckets as bucketing
 from . import codec, protocol
 from .backends import DistBackend, LocalBackend
 from .comm import CommError, Communicator
-from .schedule import ALGORITHMS, COMPRESSING, Schedule
+from .schedule import ALGORITHMS, COMPRESSING, DELAYED, Schedule
 from .trace import Tracer
 
+CHECKPOINT_FORMAT = "cdsgd-mx checkpoint 2"  # 2: fused buckets (1 had one set of keys per parameter)
 KVSTORE_TYPES = ("dist_sync", "local")
 
 
@@ -46,7 +51,8 @@ class ConfigError(ValueError):
 NONFINITE_POLICIES = ("error", "skip")
 
 
-def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error"):
+def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error",
+                 bucket_size=bucketing.DEFAULT_BUCKET_SIZE):
     if algorithm not in ALGORITHMS:
         raise ConfigError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -60,27 +66,8 @@ def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="erro
         raise ConfigError("kvstore must be one of %s or None, got %r" % (", ".join(KVSTORE_TYPES), kvstore))
     if nonfinite not in NONFINITE_POLICIES:
         raise ConfigError("nonfinite must be one of %s, got %r" % (", ".join(NONFINITE_POLICIES), nonfinite))
-
-
-# ---- per-parameter state -------------------------------------------------------------------
-
-class ParamState:
-    def __init__(self, index, shape, chunks, compressing):
-        self.index = index
-        self.shape = shape
-        self.size = int(np.prod(shape))
-        self.chunks = chunks
-        self.t = 0                                   # this parameter's step counter
-        self.comm_buf = mx.nd.zeros(shape)
-        self.residual = mx.nd.zeros((self.size,)) if compressing else None
-        self.sml_buf = [np.zeros(c.words, np.uint32) for c in chunks] if compressing else None
-        self.wire = [np.zeros(c.words, np.float32) for c in chunks] if compressing else None
-        self.in_flight = None                        # the round whose pull brings W(t)
-        self.loc_buf = None                          # the parameter's data (set by broadcast)
-
-
-def _flat(arr):
-    return arr.reshape((-1,))
+    if isinstance(bucket_size, bool) or not isinstance(bucket_size, (int, np.integer)) or bucket_size < 1:
+        raise ConfigError("bucket_size must be an integer >= 1 (values per bucket), got %r" % (bucket_size,))
 
 
 @KVStoreBase.register
@@ -95,22 +82,27 @@ class CDSGD(KVStoreBase):
     local_optimizer, local_optimizer_params: the optimizer of the local update (default plain
         'sgd' with the global learning rate; eq. 11 of the paper)
     trace: path of a chrome-trace JSON file written by save_trace() (None: no tracing)
-    nonfinite: what a NaN/Inf gradient does (checked by check_gradients, which the Trainer
-        calls every step, before anything is pushed): 'error' (default) stops with an error
-        naming the parameter and the step; 'skip' drops that step on every worker (the
-        workers vote each step, one small push and pull), as if its batch never came
+    nonfinite: what a NaN/Inf gradient does (checked every step before anything is pushed):
+        'error' (default) stops with an error naming the parameter and the step; 'skip' drops
+        that step on every worker (the workers vote each step, one small push and pull), as if
+        its batch never came
+    bucket_size: values per fused bucket (default 2^20; docs/performance.md has the
+        measurements behind it). The parameters of one broadcast() call are fused; pushpull
+        must then hand them over together, every step.
     """
 
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
-                 local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error"):
-        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite)
+                 local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error",
+                 bucket_size=bucketing.DEFAULT_BUCKET_SIZE):
+        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size)
         self.nonfinite = nonfinite
-        self.skipped_steps = []  # nonfinite='skip': the Trainer steps dropped on every worker
+        self.skipped_steps = []  # nonfinite='skip': the steps (pushpull calls) dropped on every worker
         self._vote_open = False
         self.algorithm = algorithm
         self.k = int(k)
         self.warmup_steps = int(warmup_steps)
         self.threshold = float(threshold)
+        self.bucket_size = int(bucket_size)
         self.schedule = Schedule(algorithm, self.warmup_steps, self.k)
         self._backend = DistBackend(kvstore) if kvstore == "dist_sync" else LocalBackend()
         self._type = "cdsgd_" + (kvstore or "local")
@@ -119,18 +111,20 @@ class CDSGD(KVStoreBase):
         self._optimizer = None
         self._local_optimizer = None
         self._local_updater = None
-        self._params = {}
-        self._planner_sizes = []
-        self._registered = set()     # weight keys whose payload key the servers know
+        self._sets = []              # BucketSets, one per broadcast() call
+        self._set_of = {}            # parameter key -> its BucketSet
+        self._keys = protocol.Keys(self._backend.num_servers)
+        self._registered = 0         # how many sets the servers know
         self._agreed = False         # the start-up configuration check ran
-        self.param_names = None      # set by the Trainer, for the start-up check
+        self._calls = 0              # pushpull calls: the data steps, counted from 0
+        self.param_names = None      # set by the Trainer, for the start-up check and messages
         self._comm = Communicator()
         atexit.register(self.close)  # stop the communication thread before MXNet shuts down
         self.tracer = Tracer(trace, pid=self._backend.rank)
         self.bytes_pushed = 0        # all pushes of this worker since creation
         self.bytes_by_step = {}      # step -> bytes pushed by this worker at that step
         self.driven_by_trainer = False
-        self._sync_copies = []       # synchronous rounds of this step: loc_buf = comm_buf after the pull
+        self._sync_sets = []         # synchronous rounds of this step: parameters = comm_buf after the pull
 
     # ---- KVStoreBase API -------------------------------------------------------------------
     @property
@@ -161,50 +155,86 @@ class CDSGD(KVStoreBase):
         self._local_updater = mx.optimizer.get_updater(self._local_optimizer)
 
     def broadcast(self, key, value, out, priority=0):
-        """Initializes the parameter on the servers from rank 0's value and pulls it to out."""
-        value, out = _single(value, "value"), _single(out, "out")
-        if value.dtype != np.float32:
-            raise TypeError("parameter %s: only float32 parameters are supported, got %s" % (key, np.dtype(value.dtype).name))
-        if value.stype != "default":
-            raise TypeError("parameter %s: only dense (default stype) parameters are supported, got %s" % (key, value.stype))
-        if key in self._params:
-            raise ValueError("parameter %s was already initialized" % key)
-        self._planner_sizes.append(int(np.prod(value.shape)))
-        layout = protocol.plan(self._planner_sizes, self.num_workers, self._backend.num_servers)
-        chunks = layout.of_param(len(self._planner_sizes) - 1)
-        state = ParamState(key, value.shape, chunks, self.algorithm in COMPRESSING)
-        self._params[key] = state
+        """Initializes parameters on the servers from rank 0's values and pulls them to out.
+        key, value, out: one parameter, or lists of them: the parameters of one call are fused
+        into buckets (the Trainer hands over all its parameters at once)."""
+        keys, values, outs = _as_lists(key, value, out)
+        shapes = {}
+        for k, v in zip(keys, values):
+            if v.dtype != np.float32:
+                raise TypeError("parameter %s: only float32 parameters are supported, got %s" % (k, np.dtype(v.dtype).name))
+            if v.stype != "default":
+                raise TypeError("parameter %s: only dense (default stype) parameters are supported, got %s" % (k, v.stype))
+            if k in self._set_of or k in shapes:
+                raise ValueError("parameter %s was already initialized" % k)
+            shapes[k] = tuple(v.shape)
+        plan = bucketing.plan([(k, int(np.prod(shapes[k]))) for k in keys], self.bucket_size, self.num_workers,
+                              self._backend.num_servers, self._keys, first_state=len(self._slots()))
+        bset = bucketing.BucketSet(plan, shapes, dict(zip(keys, outs)), self.algorithm in COMPRESSING,
+                                   self.algorithm in DELAYED)
         # MKL-DNN may keep a parameter in a blocked layout that cannot be sliced: go through
-        # plain arrays (comm_buf, a numpy copy) and let copyto convert
-        flat = mx.nd.array(value.asnumpy().reshape(-1))
-        for c in chunks:
-            self._backend.init(c.weight_key, flat[c.begin:c.end])
-            if self.algorithm in COMPRESSING:
-                self._backend.init_payload(c.payload_key, c.words)
-        comm_flat = _flat(state.comm_buf)
-        for c in chunks:
-            self._backend.pull(c.weight_key, comm_flat[c.begin:c.end])
-        state.comm_buf.copyto(out)
-        out.wait_to_read()
-        state.loc_buf = out  # the parameter's data: saved and restored by checkpoints
+        # numpy copies; only rank 0's values reach the servers (MXNet's init)
+        flat = np.empty(bset.size, np.float32)
+        for k, v in zip(keys, values):
+            data = v.asnumpy().reshape(-1)
+            for slot in bset.slots:
+                if slot.key == k:
+                    flat[slot.offset:slot.offset + slot.size] = data[slot.begin:slot.end]
+        self._backend.init([b.weight_key for b in plan],
+                           [mx.nd.array(flat[b.offset:b.offset + b.size]) for b in plan])
+        if self.algorithm in COMPRESSING:
+            self._backend.init_payloads(plan)
+        for b in plan:
+            self._backend.pull(b.weight_key, b.comm)
+        bset.scatter("comm")  # W(0) stays in comm_buf: a delayed first step starts from it
+        for o in outs:
+            o.wait_to_read()
+        self._sets.append(bset)
+        for k in keys:
+            self._set_of[k] = bset
+
+    def grad_view(self, key):
+        """The slice of its bucket set's grad_buf that parameter `key`'s gradient can be bound
+        to (autograd then writes there and nothing is copied)."""
+        return self._set_of[key].grad_views[key]
 
     def pushpull(self, key, value, out=None, priority=0):
-        grad = _single(value, "value")
+        """One step of the parameters `key` (one or a list): every parameter of a bucket set
+        (one broadcast() call) must come in the same call, every step."""
         if out is None:
-            raise ValueError("pushpull needs out= (the parameter's weights): the optimizer runs on the servers")
-        loc_buf = _single(out, "out")
-        state = self._params.get(key)
-        if state is None:
-            raise KeyError("parameter %s was not initialized with broadcast()" % key)
+            raise ValueError("pushpull needs out= (the parameters' weights): the optimizer runs on the servers")
+        keys, grads, outs = _as_lists(key, value, out)
         if self._optimizer is None:
             raise RuntimeError("set_optimizer() must be called before pushpull()")
+        sets = []
+        for k in keys:
+            bset = self._set_of.get(k)
+            if bset is None:
+                raise KeyError("parameter %s was not initialized with broadcast()" % k)
+            if bset not in sets:
+                sets.append(bset)
+        given = set(keys)
+        for bset in sets:
+            missing = [k for k in bset.keys if k not in given]
+            if missing:
+                raise ValueError("parameters %s were fused into buckets with %s: push them all in one pushpull "
+                                 "call every step" % (self._names(missing), self._names([k for k in bset.keys if k in given])))
         self._ensure_registered()
-        t = state.t
-        state.t += 1
-        if self.schedule.delayed(t):
-            self._delayed_step(state, t, grad, loc_buf)
-        else:
-            self._sync_step(state, t, grad, loc_buf)
+        step = self._calls
+        self._calls += 1
+        grads = dict(zip(keys, grads))
+        for bset in sets:
+            bset.outs.update((k, o) for k, o in zip(keys, outs) if k in bset.outs)
+            bset.gather({k: grads[k] for k in bset.keys})
+        if self._apply_nonfinite_policy(sets, step):
+            return
+        for bset in sets:
+            t = bset.t
+            bset.t += 1
+            if self.schedule.delayed(t):
+                self._delayed_step(bset, t)
+            else:
+                self._sync_step(bset, t)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save_optimizer_states(self, fname, dump_optimizer=False):
@@ -216,14 +246,13 @@ class CDSGD(KVStoreBase):
         self.wait_all()
         self._ensure_registered()
         params = {}
-        for key, st in self._params.items():
-            params[key] = {"t": st.t, "shape": st.shape, "comm_buf": st.comm_buf.asnumpy(),
-                           "loc_buf": st.loc_buf.asnumpy(),
-                           "in_flight": st.in_flight is not None,
-                           "residual": None if st.residual is None else st.residual.asnumpy(),
-                           "global": self.global_weights(key).asnumpy()}
+        for k, bset in self._set_of.items():
+            params[k] = {"shape": bset.shapes[k], "x": bset.outs[k].asnumpy(), "global": self.global_weights(k).asnumpy()}
+        sets = [{"layout": bset.layout(), "t": bset.t, "in_flight": bset.in_flight is not None,
+                 "comm_buf": bset.comm_buf.asnumpy(),
+                 "residual": None if bset.residual is None else bset.residual.copy()} for bset in self._sets]
         self._backend.command({"op": "save", "path": os.path.abspath(fname)})
-        worker = {"config": self._config(), "params": params,
+        worker = {"config": self._config(), "params": params, "sets": sets,
                   "local": self._local_updater.get_states(dump_optimizer=True) if self._local_updater else None}
         _write_atomic("%s.worker%d" % (fname, self.rank), pickle.dumps(worker))
         if self.rank == 0:
@@ -231,41 +260,52 @@ class CDSGD(KVStoreBase):
 
     def load_optimizer_states(self, fname):
         """Restores what save_optimizer_states wrote; the job must have the same algorithm,
-        k, warm-up, threshold, numbers of workers and servers, and parameters."""
+        k, warm-up, threshold, bucket size, numbers of workers and servers, and parameters."""
         import pickle
         path = "%s.worker%d" % (fname, self.rank)
         try:
             with open(fname) as f:
                 config = json.load(f)
+            if config.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError("checkpoint %s has format %r, this cdsgd-mx reads %r (checkpoints written before "
+                                 "fused buckets cannot be resumed: start from the saved parameters instead)"
+                                 % (fname, config.get("format"), CHECKPOINT_FORMAT))
             with open(path, "rb") as f:
                 worker = pickle.load(f)
-            params = worker["params"]
-        except (OSError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as e:
+            params, sets = worker["params"], worker["sets"]
+        except (OSError, EOFError, KeyError, pickle.UnpicklingError) as e:
+            raise ValueError("checkpoint %s (or %s) is missing, corrupted or truncated: %s" % (fname, path, e)) from e
+        except ValueError as e:
+            if "format" in str(e):
+                raise
             raise ValueError("checkpoint %s (or %s) is missing, corrupted or truncated: %s" % (fname, path, e)) from e
         mismatch = {k: (v, config.get(k)) for k, v in self._config().items() if config.get(k) != v}
         if mismatch:
             raise ValueError("checkpoint %s was written by another configuration: %s" % (
                 fname, ", ".join("%s=%r here, %r there" % (k, a, b) for k, (a, b) in sorted(mismatch.items()))))
-        if sorted(params) != sorted(self._params) or any(
-                tuple(params[k]["shape"]) != tuple(self._params[k].shape) for k in params):
-            raise ValueError("checkpoint %s holds other parameters (names or shapes differ)" % fname)
+        if sorted(params) != sorted(self._set_of) or any(
+                tuple(params[k]["shape"]) != tuple(self._set_of[k].shapes[k]) for k in params) \
+                or [s["layout"] for s in sets] != [bset.layout() for bset in self._sets]:
+            raise ValueError("checkpoint %s holds other parameters (names, shapes or their buckets differ)" % fname)
         self.wait_all()
         self._ensure_registered()
         self._backend.command({"op": "load", "path": os.path.abspath(fname)})
         weights = {}
-        for key, saved in params.items():
-            flat = saved["global"].reshape(-1)
-            for c in self._params[key].chunks:
-                weights[c.weight_key] = mx.nd.array(flat[c.begin:c.end])
+        for bset in self._sets:
+            flat = np.empty(bset.size, np.float32)
+            for slot in bset.slots:
+                flat[slot.offset:slot.offset + slot.size] = params[slot.key]["global"].reshape(-1)[slot.begin:slot.end]
+            for b in bset.buckets:
+                weights[b.weight_key] = mx.nd.array(flat[b.offset:b.offset + b.size])
         self._backend.assign(weights)
-        for key, saved in params.items():
-            st = self._params[key]
-            st.t = saved["t"]
-            st.comm_buf[:] = saved["comm_buf"]
-            mx.nd.array(saved["loc_buf"]).copyto(st.loc_buf)  # this worker's x(t), may differ from W
+        for bset, saved in zip(self._sets, sets):
+            bset.t = saved["t"]
+            bset.comm_buf[:] = saved["comm_buf"]
             if saved["residual"] is not None:
-                st.residual[:] = saved["residual"]
-            st.in_flight = self._comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
+                bset.residual[:] = saved["residual"]
+            bset.in_flight = self._comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
+            for k, out in bset.outs.items():
+                mx.nd.array(params[k]["x"]).copyto(out)  # this worker's x(t), may differ from W
         if worker["local"] is not None and self._local_updater is not None:
             self._local_updater.set_states(worker["local"])
             self._local_optimizer = self._local_updater.optimizer
@@ -293,20 +333,29 @@ class CDSGD(KVStoreBase):
 
     def _config(self):
         return {"algorithm": self.algorithm, "k": self.k, "warmup_steps": self.warmup_steps,
-                "threshold": self.threshold, "num_workers": self.num_workers,
-                "num_servers": self._backend.num_servers, "format": "cdsgd-mx checkpoint 1"}
+                "threshold": self.threshold, "bucket_size": self.bucket_size, "num_workers": self.num_workers,
+                "num_servers": self._backend.num_servers, "format": CHECKPOINT_FORMAT}
 
     # ---- the algorithm ---------------------------------------------------------------------
+    def _slots(self):
+        return [s for bset in self._sets for s in bset.slots]
+
+    def _names(self, keys):
+        names = self.param_names
+        return ", ".join(str(names[k]) if names and isinstance(k, int) and 0 <= k < len(names) else str(k)
+                         for k in keys)
+
     def _check_agreement(self):
         """Before any training: every worker must run the same algorithm, k, warm-up,
-        threshold and parameters; a mismatch would silently train something else."""
-        shapes = json.dumps([list(self._params[k].shape) for k in sorted(self._params)])
+        threshold, bucket size and parameters; a mismatch would silently train something else."""
+        shapes = json.dumps([[k, list(bset.shapes[k])] for bset in self._sets for k in bset.keys])
         names = json.dumps(list(self.param_names or []))
-        fields = ["algorithm", "k", "warmup_steps", "threshold", "nonfinite", "number of parameters",
-                  "parameter shapes", "parameter names"]
+        layout = json.dumps([bset.layout() for bset in self._sets])
+        fields = ["algorithm", "k", "warmup_steps", "threshold", "nonfinite", "bucket_size",
+                  "number of parameters", "parameter shapes", "parameter names", "bucket layout"]
         mine = [ALGORITHMS.index(self.algorithm), self.k, self.warmup_steps, np.float32(self.threshold),
-                NONFINITE_POLICIES.index(self.nonfinite),
-                len(self._params), zlib.crc32(shapes.encode()) & 0xFFFF, zlib.crc32(names.encode()) & 0xFFFF]
+                NONFINITE_POLICIES.index(self.nonfinite), self.bucket_size, len(self._set_of)] + \
+               [zlib.crc32(x.encode()) & 0xFFFF for x in (shapes, names, layout)]
         rows = self._backend.gather_rows(protocol.CONFIG_KEY, np.array(mine, np.float32))
         problems = []
         for i, field in enumerate(fields):
@@ -314,35 +363,36 @@ class CDSGD(KVStoreBase):
             if np.any(values != values[0]):
                 shown = [ALGORITHMS[int(v)] if i == 0 else NONFINITE_POLICIES[int(v)] if i == 4
                          else float(v) if i == 3 else int(v) for v in values]
-                if i >= 6:
+                if i >= 7:
                     problems.append("%s differ" % field)
                 else:
                     problems.append("%s is %s" % (field, ", ".join("%r on rank %d" % (v, r) for r, v in enumerate(shown))))
         if problems:
             raise ConfigError("workers disagree on the configuration: " + "; ".join(problems))
 
-    def check_gradients(self, grads, step, names=None):
-        """Apply the non-finite policy to this step's gradients ({key: grad}) before anything
-        is pushed or any weight moves. Returns True when the step must be skipped (policy
-        'skip': some worker's gradient is not finite; every worker gets the same answer).
-        With 'skip' every worker must call it every step (the Trainer does): it is a vote."""
-        bad = {k: codec.count_nonfinite(g) for k, g in grads.items()}
-        bad = {k: n for k, n in bad.items() if n}
+    def _apply_nonfinite_policy(self, sets, step):
+        """The non-finite policy on this step's gathered gradients, before anything is pushed
+        or any weight moves. Returns True when the step must be skipped (policy 'skip': some
+        worker's gradient is not finite; every worker gets the same answer)."""
+        with self.tracer.span("check gradients", step=step):
+            bad = sum(bset.count_nonfinite() for bset in sets)  # one pass per set, waits for backward
         first = None
         if bad:
-            k, n = next(iter(bad.items()))
-            first = "parameter %s at step %d (%d values)" % (names[k] if names else k, step, n)
+            for bset in sets:
+                k, n = bset.first_nonfinite()
+                if k is not None:
+                    first = "parameter %s at step %d (%d values)" % (self._names([k]), step, n)
+                    break
         if self.nonfinite == "error":
             if first:
                 raise FloatingPointError("non-finite gradient in " + first)
             return False
         # 'skip': the workers vote; a step is dropped everywhere or nowhere
-        self._ensure_registered()
         if not self._vote_open:
             self._backend.open_tally(protocol.VOTE_KEY, self.num_workers)
             self._vote_open = True
         mine = np.zeros(self.num_workers, np.float32)
-        mine[self.rank] = min(sum(bad.values()), 1 << 20)  # exact in float32
+        mine[self.rank] = min(bad, 1 << 20)  # exact in float32
         votes = self._backend.tally(protocol.VOTE_KEY, mine)
         if not votes.any():
             return False
@@ -353,113 +403,109 @@ class CDSGD(KVStoreBase):
         return True
 
     def _ensure_registered(self):
-        """Pair every new payload key with its weight on the servers (once per chunk)."""
+        """Before the first step of new bucket sets: the start-up agreement check (once), then
+        tell the servers which parameters each bucket holds (and, when compressing, which
+        payload key decodes into which weight key)."""
         if not self._agreed:
             self._check_agreement()
             self._agreed = True
-        new = [c for s in self._params.values() for c in s.chunks if c.weight_key not in self._registered]
-        if new and self.algorithm in COMPRESSING:
-            self._backend.register(new, self.threshold)
-        self._registered.update(c.weight_key for c in new)
+        new = [b for bset in self._sets[self._registered:] for b in bset.buckets]
+        if new:
+            self._backend.register(new, self.threshold, self.algorithm in COMPRESSING)
+        self._registered = len(self._sets)
 
-    def _sync_step(self, state, t, grad, loc_buf):
-        """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weight into comm_buf;
-        loc_buf = comm_buf once the pull is issued (finish_step)."""
-        if state.in_flight is not None:  # cannot happen with the schedules above; kept safe
-            self._comm.wait(state.in_flight)
-            state.in_flight = None
-        grad.copyto(state.comm_buf)
-        comm_flat = _flat(state.comm_buf)
-        self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat),
-                          "step %d of parameter %s" % (t, state.index))
-        self._sync_copies.append(state)
+    def _sync_step(self, bset, t):
+        """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weights into
+        comm_buf; the parameters = comm_buf once the pulls are issued (finish_step)."""
+        if bset.in_flight is not None:  # cannot happen with the schedules above; kept safe
+            self._comm.wait(bset.in_flight)
+            bset.in_flight = None
+        bset.grad_buf.copyto(bset.comm_buf)  # pushing grad_buf itself would let MXNet pull into it
+        self._comm.submit(lambda: self._round(bset, t), "step %d" % t)
+        self._sync_sets.append(bset)
         if not self.driven_by_trainer:
             self.finish_step()  # the Trainer calls it once per step instead
 
-    def _delayed_step(self, state, t, grad, loc_buf):
+    def _delayed_step(self, bset, t):
         """x(t+1) = W(t) - local step with g(t); round t goes on in the background."""
-        with self.tracer.span("wait W(t)", param=state.index, step=t):
-            if state.in_flight is not None:
-                self._comm.wait(state.in_flight)   # W(t) is (being) pulled into comm_buf
-                loc_buf[:] = state.comm_buf         # engine orders this after that pull
-            # else: the previous step was synchronous, loc_buf already holds W(t)
-        with self.tracer.span("local update", param=state.index, step=t):
-            self._local_updater(state.index, grad, loc_buf)   # eq. 11
-            grad.copyto(state.comm_buf)                       # comm_buf = g(t)
-        comm_flat = _flat(state.comm_buf)
-        state.in_flight = self._comm.submit(lambda: self._round(state, t, comm_flat, comm_flat),
-                                            "step %d of parameter %s" % (t, state.index))
+        with self.tracer.span("wait W(t)", step=t):
+            if bset.in_flight is not None:
+                self._comm.wait(bset.in_flight)   # W(t) is (being) pulled into comm_buf
+            bset.comm_buf.copyto(bset.loc_buf)     # the engine orders this after that pull
+        with self.tracer.span("local update", step=t):
+            self._local_updater(self._sets.index(bset), bset.grad_buf, bset.loc_buf)  # eq. 11
+            bset.scatter("loc")
+            bset.grad_buf.copyto(bset.comm_buf)    # comm_buf = g(t): backward of t+1 may now write grad_buf
+        bset.in_flight = self._comm.submit(lambda: self._round(bset, t), "step %d" % t)
         if not self.driven_by_trainer:
             self._comm.flush()  # do not wait: the round finishes in the background
 
-    def _round(self, state, t, grad_flat, pull_flat):
-        """Communication thread, push phase: push g(t) (codes or fp32) chunk by chunk. Returns
-        the finish phase (pull W(t+1)) for codes; an fp32 push is followed by its pull at once,
-        since MXNet orders a pull after a push of the same key."""
+    def _round(self, bset, t):
+        """Communication thread, push phase: push g(t) from comm_buf (codes or fp32) bucket by
+        bucket. Returns the finish phase (pull W(t+1)) for codes; fp32 pushes are followed by
+        their pulls at once, since MXNet orders a pull after a push of the same key."""
         compressed = self.schedule.compressed(t)
         pushed = 0
-        for i, c in enumerate(state.chunks):
+        for i, b in enumerate(bset.buckets):
             if compressed:
-                with self.tracer.span("quantize", param=state.index, step=t):
-                    bad = codec.quantize(grad_flat[c.begin:c.end], state.residual[c.begin:c.end],
-                                         state.sml_buf[i], self.threshold)
+                with self.tracer.span("quantize", bucket=i, step=t):
+                    bad = codec.quantize(b.comm, b.residual, b.sml_buf, self.threshold)
                     if bad:
-                        raise FloatingPointError("non-finite gradient in parameter %s at step %d (%d values)"
-                                                 % (state.index, t, bad))
-                    codec.wire_encode(state.sml_buf[i], state.wire[i])
-                with self.tracer.span("push codes", param=state.index, step=t):
-                    self._backend.push_payload(c.payload_key, state.wire[i])
-                pushed += state.wire[i].nbytes + 8  # + the row index
+                        raise FloatingPointError("non-finite gradient in bucket %d (parameters %s) at step %d (%d values)"
+                                                 % (i, self._names(sorted({s.key for s in b.slots})), t, bad))
+                    codec.wire_encode(b.sml_buf, self._backend.wire_row(b.payload_key))
+                with self.tracer.span("push codes", bucket=i, step=t):
+                    self._backend.push_payload(b.payload_key)
+                pushed += 4 * b.words + 8  # + the row index
             else:
-                with self.tracer.span("push fp32", param=state.index, step=t):
-                    self._backend.push(c.weight_key, grad_flat[c.begin:c.end])
-                pushed += 4 * c.size
+                with self.tracer.span("push fp32", bucket=i, step=t):
+                    self._backend.push(b.weight_key, b.comm)
+                pushed += 4 * b.size
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
         if not compressed:
-            self._pull(state, t, pull_flat)
+            self._pull(bset, t)
             return None
         # a pull of the weight key is not ordered after a push to the payload key: request the
         # acknowledgements now, wait for them and pull at the flush
-        payload_keys = [c.payload_key for c in state.chunks]
+        payload_keys = [b.payload_key for b in bset.buckets]
         self._backend.request_acks(payload_keys)
 
         def finish():
-            with self.tracer.span("wait push", param=state.index, step=t):
+            with self.tracer.span("wait push", step=t):
                 self._backend.wait_acks(payload_keys)
-            self._pull(state, t, pull_flat)
+            self._pull(bset, t)
         return finish
 
-    def _pull(self, state, t, pull_flat):
+    def _pull(self, bset, t):
         start = self.tracer.now_us()
-        for c in state.chunks:
-            self._backend.pull(c.weight_key, pull_flat[c.begin:c.end])
+        for b in bset.buckets:
+            self._backend.pull(b.weight_key, b.comm)
         # the span ends when the transfer does; recorded without holding up this thread
-        self.tracer.watch("pull", pull_flat, start, param=state.index, step=t)
+        self.tracer.watch("pull", bset.comm_buf, start, step=t)
 
     # ---- helpers for the Trainer -------------------------------------------------------------
     def finish_step(self):
         """End of a Trainer step: let the communication thread finish this step's rounds; wait
-        only if some were synchronous (their pull must be issued before the next forward)."""
+        only if some were synchronous (their pulls must be issued before the next forward)."""
         flush = self._comm.flush()
-        if self._sync_copies:
+        if self._sync_sets:
             self._comm.wait(flush)
-            for state in self._sync_copies:  # the engine orders each copy after its pull
-                state.comm_buf.copyto(state.loc_buf)
-        self._sync_copies = []
+            for bset in self._sync_sets:  # the engine orders the copies after the pulls
+                bset.scatter("comm")
+        self._sync_sets = []
 
     def push_bytes_of_step(self, t):
-        """Bytes this worker pushes at step t by the schedule and the layout (what _round
+        """Bytes this worker pushes at step t by the schedule and the buckets (what _round
         counts into bytes_by_step once the step's rounds have run)."""
         compressed = self.schedule.compressed(t)
-        return sum((4 * c.words + 8) if compressed else 4 * c.size
-                   for st in self._params.values() for c in st.chunks)
+        return sum((4 * b.words + 8) if compressed else 4 * b.size for bset in self._sets for b in bset.buckets)
 
     def wait_all(self):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""
         self._comm.drain()
-        for s in self._params.values():
-            s.comm_buf.wait_to_read()
+        for bset in self._sets:
+            bset.comm_buf.wait_to_read()
         mx.nd.waitall()
 
     def set_learning_rate(self, lr, local_lr=None):
@@ -479,14 +525,20 @@ class CDSGD(KVStoreBase):
         return self._local_optimizer.learning_rate if self._local_optimizer else None
 
     def global_weights(self, key):
-        """W: the current global weight of parameter `key`, pulled from the servers."""
+        """W: the current global weights of parameter `key`, pulled from the servers."""
         self.wait_all()
-        state = self._params[key]
-        out = mx.nd.zeros(state.shape)
-        for c in state.chunks:
-            self._backend.pull(c.weight_key, _flat(out)[c.begin:c.end])
-        out.wait_to_read()
-        return out
+        bset = self._set_of[key]
+        flat = mx.nd.zeros((bset.size,))
+        held = [b for b in bset.buckets if any(s.key == key for s in b.slots)]
+        for b in held:
+            self._backend.pull(b.weight_key, flat[b.offset:b.offset + b.size])
+        whole = flat.asnumpy()
+        out = np.empty(int(np.prod(bset.shapes[key])), np.float32)
+        for b in held:
+            for s in b.slots:
+                if s.key == key:
+                    out[s.begin:s.end] = whole[s.offset:s.offset + s.size]
+        return mx.nd.array(out.reshape(bset.shapes[key]))
 
     def save_trace(self):
         return self.tracer.save()
@@ -517,3 +569,12 @@ def _single(arrays, name):
             raise ValueError("%s: cdsgd supports one device per worker, got %d arrays" % (name, len(arrays)))
         return arrays[0]
     return arrays
+
+
+def _as_lists(key, value, out):
+    """(keys, values, outs) for one key or a list of keys; one array per key (one device)."""
+    if isinstance(key, (list, tuple)):
+        if len(value) != len(key) or len(out) != len(key):
+            raise ValueError("value and out must hold one entry per key (%d keys)" % len(key))
+        return list(key), [_single(v, "value") for v in value], [_single(o, "out") for o in out]
+    return [key], [_single(value, "value")], [_single(out, "out")]

@@ -13,8 +13,11 @@ then runs the server loop itself with two changes to stock behaviour:
   silent swallow and a hung job.
 
 Commands (sent by worker rank 0 as MXNet controller commands, id 0): "cdsgd:" + JSON.
-  {"op": "register", "payloads": {pk: [wk, n, threshold]}, "weights": [wk...]}
-      the next update of each listed weight key only records the weight (registration round)
+  {"op": "register", "weights": [wk...], "slots": {wk: [[state id, begin, end], ...]},
+   "payloads": {pk: [wk, n, threshold]}}
+      a bucket's parameters (slots) inside its weight key, each with its own optimizer state
+      and index; the next update of each listed weight key only records the weight
+      (registration round)
   {"op": "set_lr", "lr": float}   the global optimizer's learning rate from now on
   {"op": "assign", "keys": [k...]} the next update of each key stores the workers' sum
   {"op": "tally", "keys": [k...]}  every update of each key stores the workers' sum (votes)
@@ -28,6 +31,7 @@ import traceback
 COMMAND_PREFIX = "cdsgd:"
 CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
 EXIT_SERVER_ERROR = 70
+MULTI_TENSOR_MAX = 60  # most tensors MXNet 1.9.1's multi_sgd_* kernels take in one call (61 crash)
 
 
 def die(context):
@@ -45,23 +49,31 @@ class ServerState:
     def __init__(self, rank=0):
         self.rank = rank
         self.optimizer = None
+        self.updater = None       # MXNet's Updater: one state per slot id, multi-tensor updates
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
-        self.states = {}          # weight key -> optimizer state
+        self.slots = {}           # weight key -> [(state id, begin, end)]: the bucket's parameters
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
         self.to_register = set()  # weight keys whose next update only records the weight
-        self._scratch = {}        # payload key -> (packed words, decoded sum) buffers
+        self._views = {}          # (weight key, 'grad' | 'weight') -> (data address, per-slot views)
+        self._decoded = {}        # payload key -> the decoded sum of the workers' codes
 
     # -- configuration ------------------------------------------------------------------
     def set_optimizer(self, optimizer):
+        import mxnet as mx
+        if getattr(optimizer, "aggregate_num", 0) > 0:
+            optimizer.aggregate_num = MULTI_TENSOR_MAX  # a bucket's parameters in few calls
         self.optimizer = optimizer
+        self.updater = mx.optimizer.get_updater(optimizer)
 
     def command(self, body):
         msg = json.loads(body)
         if msg["op"] == "register":
             for pk, (wk, n, threshold) in msg["payloads"].items():
                 self.payloads[int(pk)] = (int(wk), int(n), float(threshold))
+            for wk, slots in msg.get("slots", {}).items():
+                self.slots[int(wk)] = [(int(i), int(b), int(e)) for i, b, e in slots]
             self.to_register.update(int(k) for k in msg["weights"])
         elif msg["op"] == "set_lr":
             self.optimizer.set_learning_rate(float(msg["lr"]))
@@ -99,10 +111,10 @@ class ServerState:
             self.apply_gradient(key, weight, grad)
         weight.wait_to_read()  # pulls read the store without waiting for the engine
 
-    # -- checkpoints: the global optimizer and its state per weight key ---------------------
+    # -- checkpoints: the global optimizer and its state per slot ---------------------------
     def save(self, path):
         import pickle
-        states = {k: _to_numpy(v) for k, v in self.states.items()}
+        states = {k: _to_numpy(v) for k, v in self.updater.states.items()} if self.updater else {}
         with open(path + ".part", "wb") as f:
             pickle.dump({"optimizer": self.optimizer, "states": states}, f)
         os.replace(path + ".part", path)
@@ -112,17 +124,35 @@ class ServerState:
         try:
             with open(path, "rb") as f:
                 saved = pickle.load(f)
-            self.optimizer = saved["optimizer"]
-            self.states = {k: _to_ndarray(v) for k, v in saved["states"].items()}
+            self.set_optimizer(saved["optimizer"])
+            for k, v in saved["states"].items():
+                self.updater.states[k] = _to_ndarray(v)
+                self.updater.states_synced[k] = True
         except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as e:
             raise ValueError("server checkpoint %s is missing, corrupted or truncated: %s" % (path, e)) from e
 
+    def _slot_views(self, wk, arr, role):
+        """arr (a bucket's flat weight or gradient) cut into its parameters' views, reused
+        while the array's memory stays the same (MXNet hands over the same stored weight and,
+        for a key, the same merge buffer every round); one entry per key and role."""
+        import ctypes
+        from mxnet.base import _LIB, check_call
+        ptr = ctypes.c_void_p()
+        check_call(_LIB.MXNDArrayGetData(arr.handle, ctypes.byref(ptr)))
+        cached = self._views.get((wk, role))
+        if cached is None or cached[0] != ptr.value:
+            slots = self.slots.get(wk)
+            cached = (ptr.value, [arr[b:e] for _, b, e in slots] if slots else [arr])
+            self._views[(wk, role)] = cached
+        return cached[1]
+
     def apply_gradient(self, wk, weight, grad):
+        """The global optimizer on every parameter of the bucket, each with its own state:
+        MXNet's multi-tensor update where the optimizer has one (SGD), else one by one."""
         if self.optimizer is None:
             raise RuntimeError("no optimizer was set on the server (kv.set_optimizer) before key %d was pushed" % wk)
-        if wk not in self.states:
-            self.states[wk] = self.optimizer.create_state_multi_precision(wk, weight)
-        self.optimizer.update_multi_precision(wk, weight, grad, self.states[wk])
+        ids = [i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]]
+        self.updater(ids, self._slot_views(wk, grad, "grad"), self._slot_views(wk, weight, "weight"))
         weight.wait_to_read()
 
     def apply_payload(self, pk, rows, row_ids):
@@ -133,18 +163,14 @@ class ServerState:
         wk, n, threshold = self.payloads[pk]
         if wk not in self.weights:
             raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
-        weight = self.weights[wk]
-        if pk not in self._scratch:
-            self._scratch[pk] = (np.zeros(codec.packed_size(n), np.uint32), nd.zeros((n,), ctx=weight.context))
-        packed, grad = self._scratch[pk]
-        wire = rows.asnumpy()
-        if wire.shape[1] != packed.size:
-            raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], packed.size))
-        grad[:] = 0
-        for r in range(wire.shape[0]):
-            codec.wire_decode(wire[r], packed)
-            codec.dequantize(packed, grad, threshold, accumulate=True)
-        self.apply_gradient(wk, weight, grad.reshape(weight.shape))
+        if pk not in self._decoded:
+            self._decoded[pk] = nd.zeros((n,), ctx=self.weights[wk].context)
+        decoded = self._decoded[pk]
+        wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
+        if wire.shape[1] != codec.packed_size(n):
+            raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], codec.packed_size(n)))
+        codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row
+        self.apply_gradient(wk, self.weights[wk], decoded)
 
 
 def _to_numpy(state):

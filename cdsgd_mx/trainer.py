@@ -12,8 +12,9 @@ local_optimizer_params says otherwise) steps loc_buf in odsgd/cdsgd. With kvstor
 None the same semantics run in one process (N = 1, no parameter server).
 """
 import numpy as np
-from mxnet import gluon
+from mxnet import autograd, gluon
 
+from .buckets import DEFAULT_BUCKET_SIZE
 from .kvstore import CDSGD, ConfigError, check_config
 
 DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few hundred at most
@@ -22,13 +23,16 @@ DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few h
 class Trainer(gluon.Trainer):
     """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
     local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None,
-    nonfinite='error' (see CDSGD)."""
+    nonfinite='error', bucket_size=2^20 values (see CDSGD).
+
+    The parameters are fused into buckets: their gradients are bound to slices of one flat
+    buffer (autograd writes there), and every step hands all of them to the kvstore at once."""
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="dist_sync", algorithm="cdsgd",
                  k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",
                  local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None,
-                 nonfinite="error"):
-        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite)
+                 nonfinite="error", bucket_size=DEFAULT_BUCKET_SIZE):
+        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size)
         if compression_params:
             raise ConfigError("compression_params: use algorithm='bitsgd' or 'cdsgd' and threshold= instead")
         if update_on_kvstore is False:
@@ -42,7 +46,7 @@ class Trainer(gluon.Trainer):
         self._cdsgd = CDSGD(algorithm=algorithm, k=k, warmup_steps=warmup_steps, threshold=threshold,
                             kvstore=kvstore or "local", local_optimizer=local_optimizer,
                             local_optimizer_params=local_optimizer_params, trace=trace,
-                            nonfinite=nonfinite)
+                            nonfinite=nonfinite, bucket_size=bucket_size)
         self._cdsgd.driven_by_trainer = True
         self._cdsgd.param_names = [p.name for p in plist]
         super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=True)
@@ -63,13 +67,14 @@ class Trainer(gluon.Trainer):
         return self._cdsgd.local_learning_rate
 
     def step(self, batch_size, ignore_stale_grad=False):
+        """gluon's step, with every parameter's round handed to the kvstore in one call."""
         with self._cdsgd.tracer.span("step", step=self._steps):
-            grads = {i: p.list_grad()[0] for i, p in enumerate(self._params) if p.grad_req != "null"}
-            if self._cdsgd.nonfinite == "skip":
-                self._initialize(batch_size)  # the vote runs after the start-up agreement check
-            if not self._cdsgd.check_gradients(grads, self._steps, [p.name for p in self._params]):
-                super().step(batch_size, ignore_stale_grad)
-                self._cdsgd.finish_step()
+            self._initialize(batch_size)
+            pushed = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
+            self._cdsgd.pushpull([i for i, _ in pushed], [p.list_grad() for _, p in pushed],
+                                 out=[p.list_data() for _, p in pushed])
+            self._cdsgd.finish_step()
+            self._update(ignore_stale_grad)  # gluon's stale-gradient check; the update ran on the kvstore
         self._steps += 1
 
     def _initialize(self, batch_size):
@@ -79,6 +84,29 @@ class Trainer(gluon.Trainer):
             self._init_kvstore()
         if self._params_to_init:
             self._init_params()
+
+    def _init_params(self):
+        """gluon's, but with one broadcast for all parameters ready (so they are fused into
+        buckets: those trained, and apart those with grad_req 'null'), then each trained
+        parameter's gradient bound to its slice of the buckets' grad_buf."""
+        ready = [p for p in self._params_to_init if not p._deferred_init]
+        self._params_to_init = [p for p in self._params_to_init if p._deferred_init]
+        trained = [p for p in ready if p.grad_req != "null"]
+        for group in (trained, [p for p in ready if p.grad_req == "null"]):
+            if group:
+                self._kvstore.broadcast([self._param2idx[p.name] for p in group],
+                                        [p._check_and_get(p._data, list)[0] for p in group],
+                                        [p._check_and_get(p._data, list) for p in group])
+        for p in trained:
+            view = self._cdsgd.grad_view(self._param2idx[p.name])
+            grads = p.list_grad()
+            if len(grads) == 1 and grads[0] is not view:
+                data = p._check_and_get(p._data, list)
+                fresh = data[0]._fresh_grad  # marking resets it; gluon's stale check reads it
+                grads[0].copyto(view)  # this step's gradient, already computed
+                p._grad = [view]
+                autograd.mark_variables(data, p._grad, p.grad_req)
+                data[0]._fresh_grad = fresh
 
     def set_learning_rate(self, lr, local_lr=None):
         """Global learning rate (on the servers too) and the local one: local_lr, or scaled

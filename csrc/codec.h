@@ -36,6 +36,12 @@ void wire_encode(const uint32_t* packed, uint32_t* wire, int64_t nwords, int thr
 // (those decode to 0 words); the caller treats any as a corrupt payload.
 int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int threads);
 
+// The server's decode of a bucket: out[0..n) = sum over `rows` wire rows (nwords words each,
+// row r at wire + r * nwords) of the decoded codes. Returns the number of invalid wire words
+// (they decode to 0); the caller treats any as a corrupt payload.
+int64_t decode_sum(const uint32_t* wire, int64_t rows, int64_t nwords, float* out, int64_t n,
+                   float threshold, int threads);
+
 // Number of NaN/Inf values among x[0..n).
 int64_t count_nonfinite(const float* x, int64_t n, int threads);
 

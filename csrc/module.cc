@@ -223,6 +223,21 @@ int64_t wire_decode(py::handle wire, py::handle packed, int threads) {
   return cdsgd::wire_decode(wp, pp, w.size, threads);
 }
 
+int64_t decode_sum(py::handle wire, int64_t rows, py::handle out, float threshold, int threads) {
+  check_threshold(threshold);
+  View w = view("wire", kWord32, wire, false), o = view("out", kFloat32, out, true);
+  const int64_t words = cdsgd::packed_words(o.size);
+  if (rows < 0) throw py::value_error("rows must be >= 0, got " + std::to_string(rows));
+  check_size("wire", w, rows * words, "rows * ceil(out.size / 16)");
+  check_no_overlap("wire", w, w.size * 4, "out", o, o.size * 4);
+  if (same_device({{"wire", &w}, {"out", &o}}))
+    throw py::value_error("decode_sum runs on the CPU (the server's side); got GPU arrays");
+  auto* wp = static_cast<const uint32_t*>(w.data);
+  auto* op = static_cast<float*>(o.data);
+  py::gil_scoped_release nogil;
+  return cdsgd::decode_sum(wp, rows, words, op, o.size, threshold, threads);
+}
+
 int64_t count_nonfinite(py::handle x, int threads) {
   View v = view("x", kFloat32, x, false);
   auto* xp = static_cast<const float*>(v.data);
@@ -256,6 +271,8 @@ PYBIND11_MODULE(_native, m) {
         py::arg("accumulate") = false, py::arg("threads") = 0);
   m.def("wire_encode", &wire_encode, py::arg("packed"), py::arg("wire"), py::arg("threads") = 0);
   m.def("wire_decode", &wire_decode, py::arg("wire"), py::arg("packed"), py::arg("threads") = 0);
+  m.def("decode_sum", &decode_sum, py::arg("wire"), py::arg("rows"), py::arg("out"), py::arg("threshold"),
+        py::arg("threads") = 0);
   m.def("count_nonfinite", &count_nonfinite, py::arg("x"), py::arg("threads") = 0);
   m.def("set_num_threads", &cdsgd::set_default_threads);
   m.def("get_num_threads", &cdsgd::default_threads);

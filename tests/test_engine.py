@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simulate import simulate  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
-from cdsgd_mx import codec, protocol  # noqa: E402
+from cdsgd_mx import buckets, codec, protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "workers" / "engine_worker.py"
@@ -86,9 +86,13 @@ def test_bitsgd_equals_mxnet_2bit_compression(tmp_path):
 def test_bytes_pushed_match_the_wire_format(tmp_path):
     got = launch(tmp_path, 2, 2, "--algorithm", "cdsgd", "--steps", str(STEPS), "--warmup", str(WARMUP),
                  "--k", str(K))
-    layout = protocol.plan([int(np.prod(s)) for s in SHAPES], 2, 2, bound=BOUND)
-    fp32 = 4 * sum(int(np.prod(s)) for s in SHAPES)
-    codes = sum(4 * codec.packed_size(c.size) + 8 for c in layout.chunks)
+    sizes = [int(np.prod(s)) for s in SHAPES]
+    plan = buckets.plan(list(enumerate(sizes)), buckets.DEFAULT_BUCKET_SIZE, 2, 2, protocol.Keys(2), bound=BOUND)
+    assert sorted((s.key, s.begin, s.end) for b in plan for s in b.slots) == \
+        sorted([(0, 0, 37), (1, 0, 35), (3, 0, 1)] + [(2, b, e) for b, e in ((0, 350), (350, 700))])
+    fp32 = 4 * sum(sizes)
+    codes = sum(4 * codec.packed_size(b.size) + 8 for b in plan)
+    assert codes <= 0.25 * sum(sizes) + (4 + 8) * len(plan)  # 0.25 B/value + padding and row index per bucket
     want = [codes if (t >= WARMUP and (t - WARMUP) % K != 0) else fp32 for t in range(STEPS)]
     for r in range(2):
         assert got[r]["bytes"].tolist() == want

@@ -36,8 +36,9 @@ def main():
         trainer.wait_all()
         print("rank %d step %d" % (rank, t), flush=True)
         if t == 3 and args.fault == "corrupt" and rank == 0:
-            chunk = trainer.kvstore._params[0].chunks[0]
-            trainer.kvstore._backend.push_payload(chunk.payload_key, np.full(chunk.words, np.nan, np.float32))
+            bucket = trainer.kvstore._sets[0].buckets[0]
+            trainer.kvstore._backend.wire_row(bucket.payload_key)[:] = np.nan
+            trainer.kvstore._backend.push_payload(bucket.payload_key)
         if t == 3 and args.fault == "die" and rank == 1:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(0.05)

@@ -1,0 +1,308 @@
+"""One communication round of MXNet fp32, MXNet 2-bit, S-SGD, BIT-SGD and CD-SGD side by side.
+
+    python -m cdsgd_mx.bench.comm [--bandwidth 1gbit,10gbit,none] [--models inception_bn,resnet20,alexnet]
+        [--workers 2] [--servers 1] [--rounds 30] [--systems stock_fp32,stock_2bit,ssgd,bitsgd,cdsgd]
+        [--bucket-size N] [--timeout SEC] [--json PATH]
+
+Tells whether compression pays on a link. For each model and link, each system runs as its own
+job under the launcher (scheduler, servers and workers on this machine; a link other than
+`none` is one tc-shaped loopback shared by every flow, as a server's NIC would be). A round is
+communication alone: every gradient pushed (random values drawn once; no forward/backward),
+the servers' SGD with momentum applied, the new weights pulled and waited for. After a few
+untimed rounds (registration, warm-up), --rounds rounds are timed on every worker; the figure
+is the largest over the workers. MXNET_KVSTORE_BIGARRAY_BOUND=1000000 for every job.
+
+Columns (ms per round):
+  stock_fp32  gluon.Trainer, kvstore='dist_sync', on MXNet's own server: median of waited steps
+  stock_2bit  MXNet's 2-bit compression (threshold 0.5) on its own server, a raw kvstore driven
+              as Module did (push every key, pull every key, wait): median
+  ssgd, bitsgd  cdsgd_mx.Trainer on the project's server: median of waited steps
+  cdsgd       cdsgd_mx.Trainer, k=5, no warm-up; its step returns before its communication ends
+              (the next step waits for it), so this is the mean time per step over --rounds
+              back-to-back steps, waited to the end once (take --rounds a multiple of k)
+  fp32 bound  W * (4 B pushed + 4 B pulled) * values / link rate: what the wire alone needs
+  2bit bound  W * (0.25 B pushed + 4 B pulled) * values / link rate (no bound for `none`)
+  a/b         ratio of the two systems' times (< 1: a is faster)
+Bytes pushed per round per worker by the project's systems are printed under the table.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from ..launch import RATE_RE, netns_prelude
+
+SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd"]
+OURS = ("ssgd", "bitsgd", "cdsgd")
+BATCH = 32            # only rescales the gradients (rescale_grad = 1/batch)
+WARMUP_ROUNDS = 4     # untimed rounds first: registration, buffers, connections
+OPTIMIZER = {"learning_rate": 0.01, "momentum": 0.9}
+BITS_PER_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+                 "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}  # tc: bps is bytes per second
+RATIOS = [("bitsgd", "stock_2bit"), ("ssgd", "stock_fp32"), ("bitsgd", "ssgd")]
+
+
+def rate_bits(link):
+    """Bits per second of a tc rate string ('1gbit' -> 1e9)."""
+    m = re.match(r"^([\d.]+)([a-z]+)$", link.lower())
+    return float(m.group(1)) * BITS_PER_UNIT[m.group(2)]
+
+
+def build_model(name):
+    """The model, initialized, with every deferred shape known."""
+    import mxnet as mx
+    from .. import models
+    shape = models.INPUT_SHAPES[name]
+    net = models.build(name, 1000 if shape[-1] == 224 else 10)
+    net.initialize(mx.init.Xavier())
+    net(mx.nd.zeros((1,) + shape))
+    return net
+
+
+def model_info(name):
+    params = list(build_model(name).collect_params().values())
+    trained = [p for p in params if p.grad_req != "null"]
+    size = lambda ps: sum(int(p.data().size) for p in ps)
+    return {"arrays": len(params), "values": size(params), "trained_arrays": len(trained),
+            "trained_values": size(trained)}
+
+
+# -- worker: one job's rounds ---------------------------------------------------------------
+def worker(args):
+    if args.system in OURS:
+        from cdsgd_mx.server import serve_if_not_worker
+        serve_if_not_worker()
+    import mxnet as mx
+    import numpy as np
+    net = build_model(args.models)
+    params = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    rng = np.random.RandomState(1 + int(os.environ.get("CDSGD_LAUNCH_INDEX", "0")))
+    grads = [mx.nd.array(0.1 * rng.randn(*p.shape).astype(np.float32)) for p in params]
+    trainer = kv = None
+    if args.system == "stock_2bit":
+        kv = mx.kv.create("dist_sync")
+        kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})
+        kv.set_optimizer(mx.optimizer.create("sgd", rescale_grad=1.0 / BATCH, **OPTIMIZER))
+        data = [p.data() for p in params]
+        for i, d in enumerate(data):
+            kv.init(i, d)
+
+        def one_round():
+            for i, g in enumerate(grads):
+                kv.push(i, g, priority=-i)
+            for i, d in enumerate(data):
+                kv.pull(i, out=d, priority=-i)
+            mx.nd.waitall()
+    else:
+        if args.system == "stock_fp32":
+            trainer = mx.gluon.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync")
+        else:
+            import cdsgd_mx
+            extra = {"bucket_size": args.bucket_size} if args.bucket_size else {}
+            trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync",
+                                       algorithm=args.system, warmup_steps=0, k=5, **extra)
+        for p, g in zip(params, grads):
+            p.grad()[:] = g  # once: a step leaves the gradients as they are
+
+        def one_round():
+            trainer.step(BATCH, ignore_stale_grad=True)
+            mx.nd.waitall()
+
+    pushed = lambda: trainer.kvstore.bytes_pushed if args.system in OURS else 0
+    for _ in range(WARMUP_ROUNDS):
+        one_round()
+    if args.system == "cdsgd":
+        trainer.kvstore.wait_all()
+        mx.nd.waitall()
+    b0, times = pushed(), []
+    if args.system == "cdsgd":  # delayed: back-to-back steps, waited once at the end
+        t0 = time.perf_counter()
+        for _ in range(args.rounds):
+            trainer.step(BATCH, ignore_stale_grad=True)
+        trainer.kvstore.wait_all()
+        mx.nd.waitall()
+        ms = 1e3 * (time.perf_counter() - t0) / args.rounds
+    else:
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            one_round()
+            times.append(1e3 * (time.perf_counter() - t0))
+        ms = statistics.median(times)
+    rank = kv.rank if kv is not None else trainer._kvstore.rank
+    print("RESULT " + json.dumps({"rank": rank, "ms": ms, "round_ms": times,
+                                  "bytes_per_round": (pushed() - b0) / args.rounds if args.system in OURS else None}),
+          flush=True)
+
+
+# -- leader: jobs, table, JSON --------------------------------------------------------------
+def netns_problem(link):
+    """None if the launcher can shape `link` here, else why not (the launcher's own check)."""
+    for tool in ("unshare", "ip", "tc"):
+        if shutil.which(tool) is None:
+            return "needs '%s' (util-linux / iproute2)" % tool
+    script = netns_prelude(argparse.Namespace(bandwidth=link, latency=None))
+    proc = subprocess.run(["unshare", "-n", "bash", "-c", script], capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        return "cannot create a shaped network namespace: %s" % (lines[-1] if lines else "exit %d" % proc.returncode)
+    return None
+
+
+def failure_reason(proc):
+    """One line saying why a job failed: the last exception line, else the launcher's word."""
+    lines = [l.strip() for l in (proc.stdout + "\n" + proc.stderr).splitlines() if l.strip()]
+    for pattern in (r"\b\w*(Error|Exception|Interrupt)\b:", r"^launch \|", r"."):
+        hits = [l for l in lines if re.search(pattern, l)]
+        if hits:
+            return "%s (exit %d)" % (hits[-1][:300], proc.returncode)
+    return "exit code %d" % proc.returncode
+
+
+def run_job(args, model, link, system):
+    py = sys.executable
+    cmd = [py, "-m", "cdsgd_mx.launch", "-n", str(args.workers), "-s", str(args.servers),
+           "--timeout", str(args.timeout)]
+    if link != "none":
+        cmd += ["--bandwidth", link]
+    if system.startswith("stock"):
+        cmd.append("--stock-server")
+    cmd += ["--", py, "-m", "cdsgd_mx.bench.comm", "--worker", "--system", system, "--models", model,
+            "--rounds", str(args.rounds)]
+    if args.bucket_size:
+        cmd += ["--bucket-size", str(args.bucket_size)]
+    env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND="1000000")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    found = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
+    if proc.returncode != 0 or len(found) < args.workers:
+        return {"error": failure_reason(proc)}
+    worst = max(found, key=lambda r: r["ms"])
+    return {"ms": worst["ms"], "workers": sorted(found, key=lambda r: r["rank"]),
+            "bytes_per_round": worst["bytes_per_round"]}
+
+
+def bounds(info, link, workers):
+    if link == "none":
+        return None, None
+    values, rate = info["trained_values"], rate_bits(link) / 8  # bytes per second
+    return (1e3 * workers * 8 * values / rate, 1e3 * workers * 4.25 * values / rate)
+
+
+def print_table(args, infos, results):
+    head = ["model", "arrays", "link"] + SYSTEMS + ["fp32 bound", "2bit bound"] + ["%s/%s" % r for r in RATIOS]
+    rows, notes = [], []
+    for model in args.models:
+        for link in args.bandwidth:
+            res = results.get((model, link), {})
+            if res.get("skipped"):
+                rows.append([model, str(infos[model]["trained_arrays"]), link, "skipped: " + res["skipped"]])
+                continue
+            ms = {s: res[s].get("ms") for s in SYSTEMS if s in res}
+            cells = [model, str(infos[model]["trained_arrays"]), link]
+            for s in SYSTEMS:
+                r = res.get(s)
+                cells.append("-" if r is None else ("%.1f" % r["ms"]) if "ms" in r else "failed: " + r["error"][:40])
+                if r and "error" in r:
+                    notes.append("%s %s %s failed: %s" % (model, link, s, r["error"]))
+            cells += ["-" if b is None else "%.1f" % b for b in bounds(infos[model], link, args.workers)]
+            cells += ["%.2f" % (ms[a] / ms[b]) if ms.get(a) and ms.get(b) else "-" for a, b in RATIOS]
+            rows.append(cells)
+            sent = ["%s %.3f MB" % (s, res[s]["bytes_per_round"] / 1e6) for s in OURS
+                    if s in res and res[s].get("bytes_per_round") is not None]
+            if sent:
+                notes.append("%s %s pushed per round per worker: %s" % (model, link, ", ".join(sent)))
+    full = [r for r in rows if len(r) == len(head)]
+    widths = [max([len(h)] + [len(r[i]) for r in full]) for i, h in enumerate(head)]
+    print("\nms per communication round, %d workers, %d server(s), %d timed rounds (cdsgd: mean per "
+          "back-to-back step; others: median of waited rounds; max over workers)" % (args.workers, args.servers, args.rounds))
+    print(" | ".join(h.rjust(w) for h, w in zip(head, widths)))
+    for r in rows:
+        print(" | ".join(c.rjust(w) for c, w in zip(r, widths)) if len(r) == len(head) else " | ".join(r))
+    for n in notes:
+        print("  " + n)
+
+
+def leader(args):
+    infos = {}
+    for model in args.models:
+        infos[model] = model_info(model)
+        i = infos[model]
+        print("%s: %d parameter arrays (%d trained), %d values (%d trained)" % (
+            model, i["arrays"], i["trained_arrays"], i["values"], i["trained_values"]), flush=True)
+    results, skip = {}, {}
+    for link in args.bandwidth:
+        if link != "none":
+            skip[link] = netns_problem(link)
+            if skip[link]:
+                print("note: skipping link %s: %s" % (link, skip[link]), flush=True)
+    jobs = [(m, l, s) for m in args.models for l in args.bandwidth if not skip.get(l) for s in args.systems]
+    for l in skip:
+        if skip[l]:
+            for m in args.models:
+                results[(m, l)] = {"skipped": skip[l]}
+    for n, (model, link, system) in enumerate(jobs, 1):
+        print("[%d/%d] %s %s %s ..." % (n, len(jobs), model, link, system), end=" ", flush=True)
+        t0 = time.time()
+        r = run_job(args, model, link, system)
+        results.setdefault((model, link), {})[system] = r
+        print(("%.1f ms" % r["ms"]) if "ms" in r else "failed: " + r["error"],
+              "(job %.0f s)" % (time.time() - t0), flush=True)
+    print_table(args, infos, results)
+    if args.json:
+        out = {"workers": args.workers, "servers": args.servers, "rounds": args.rounds,
+               "bucket_size": args.bucket_size, "models": infos, "runs": []}
+        for (model, link), res in results.items():
+            fp32, bit2 = bounds(infos[model], link, args.workers)
+            out["runs"].append({"model": model, "link": link, "fp32_bound_ms": fp32, "2bit_bound_ms": bit2,
+                                "systems": {s: r for s, r in res.items() if s != "skipped"},
+                                "skipped": res.get("skipped")})
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+        print("wrote %s" % args.json)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m cdsgd_mx.bench.comm", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--system", default="ssgd", help=argparse.SUPPRESS)
+    ap.add_argument("--bandwidth", default="1gbit,10gbit,none", help="links, tc rates or none (default %(default)s)")
+    ap.add_argument("--models", default="inception_bn,resnet20,alexnet")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--servers", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--bucket-size", type=int, default=None, help="bucket_size of cdsgd_mx.Trainer (default: its own)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per job before it is killed")
+    ap.add_argument("--json", default=None, metavar="PATH", help="write every number to PATH")
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args)
+
+    def fail(msg):
+        sys.stderr.write("bench.comm: %s\n" % msg)
+        sys.exit(2)
+
+    from ..models import INPUT_SHAPES
+    for opt, allowed in (("models", list(INPUT_SHAPES)), ("systems", SYSTEMS)):
+        values = [v for v in getattr(args, opt).split(",") if v]
+        bad = [v for v in values if v not in allowed]
+        if bad or not values:
+            fail("--%s: unknown %r (allowed: %s)" % (opt, ",".join(bad), ", ".join(allowed)))
+        setattr(args, opt, values)
+    args.bandwidth = [v for v in args.bandwidth.split(",") if v]
+    bad = [v for v in args.bandwidth if v != "none" and not RATE_RE.match(v)]
+    if bad or not args.bandwidth:
+        fail("--bandwidth: bad link %r (allowed: none or a tc rate such as 100mbit, 1gbit, 10gbit)" % ",".join(bad))
+    for opt in ("workers", "servers", "rounds", "bucket_size", "timeout"):
+        value = getattr(args, opt)
+        if value is not None and value < 1:
+            fail("--%s must be >= 1, got %r" % (opt.replace("_", "-"), value))
+    leader(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Fused buckets: the unit every per-step operation runs on (docs/design.md, "Buckets").
+
+Parameters are laid out back to back in flat float32 buffers, in the order their gradients
+become ready in backward (reverse of registration), and the buffers are cut into buckets of at
+most `bucket_size` values: a bucket holds whole small parameters, or one piece of a parameter
+larger than a bucket. Each bucket is one weight key and one payload key on one server
+(protocol.py), so a step costs one quantize, one push, one acknowledgement and one pull per
+bucket, whatever the number of parameters.
+
+A BucketSet owns the flat buffers of the buckets planned together (normally all parameters of a
+Trainer; a parameter initialized later gets a set of its own):
+- grad_buf: the gradients. The Trainer binds each parameter's gradient to its slice (autograd
+  writes there directly, so fusion adds no copy); an array that is not bound is copied in.
+- comm_buf: g(t) handed to the communication thread, then W(t+1) pulled over it (the paper's
+  comm_buf: one buffer serves both);
+- loc_buf:  x(t+1) = W(t) - local step with g(t) for the delayed algorithms, then copied into
+  the parameters' own data arrays (the weights forward reads);
+- residual: the quantizer's error-feedback memory (numpy: only the codec touches it);
+- per bucket: sml_buf, the 2-bit codes in MXNet's packed layout.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import List
+
+import mxnet as mx
+import numpy as np
+
+from . import codec, protocol
+
+DEFAULT_BUCKET_SIZE = 1 << 20  # values (4 MiB of fp32); capped by the big-array bound, see plan()
+
+
+@dataclass
+class Slot:
+    key: int       # the parameter's key (gluon's index)
+    begin: int     # the parameter's flat element range [begin, end) held here
+    end: int
+    offset: int    # where that range starts in the set's flat buffers
+    state_id: int  # the global optimizer's index for this piece, unique in the job
+
+    @property
+    def size(self):
+        return self.end - self.begin
+
+
+@dataclass
+class Bucket:
+    offset: int    # [offset, offset + size) of the set's flat buffers
+    size: int
+    server: int
+    weight_key: int
+    payload_key: int
+    slots: List[Slot] = field(default_factory=list)
+
+    @property
+    def words(self):
+        return codec.packed_size(self.size)
+
+
+def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bound=None):
+    """Buckets for params = [(key, size)] in registration order (every worker plans the same).
+
+    A bucket holds at most min(bucket_size, the big-array bound's limit, total / num_servers)
+    values, so that each key fits one server and every server gets a share; a parameter above
+    that is cut into pieces (at least num_servers when it reaches the bound, as MXNet would)."""
+    bound = protocol.bigarray_bound() if bound is None else bound
+    total = sum(size for _, size in params)
+    limit = max(1, min(bucket_size, protocol.max_chunk(bound, num_workers), math.ceil(total / num_servers)))
+    load = [0] * num_servers
+    buckets, state_id, offset = [], first_state, 0
+    current = None
+
+    def new_bucket():
+        server = min(range(num_servers), key=lambda s: (load[s], s))
+        b = Bucket(offset, 0, server, keys.on(server), keys.on(server))
+        buckets.append(b)
+        return b
+
+    for key, size in reversed(params):  # backward produces the last layer's gradient first
+        if size > limit or (size >= bound and num_servers > 1):
+            pieces = max(math.ceil(size / limit), num_servers if size >= bound else 1)
+            step = math.ceil(size / pieces)
+            for begin in range(0, size, step):
+                end = min(size, begin + step)
+                b = new_bucket()
+                b.slots.append(Slot(key, begin, end, offset, state_id))
+                b.size = end - begin
+                load[b.server] += b.size
+                state_id += 1
+                offset += end - begin
+            current = None
+            continue
+        if current is None or current.size + size > limit:
+            current = new_bucket()
+        current.slots.append(Slot(key, 0, size, offset, state_id))
+        current.size += size
+        load[current.server] += max(size, 1)
+        state_id += 1
+        offset += size
+    return buckets
+
+
+class BucketSet:
+    """Flat buffers of buckets planned together, their views, and the step they are at."""
+
+    def __init__(self, buckets, shapes, outs, compressing, delayed):
+        self.buckets = buckets
+        self.shapes = shapes              # key -> the parameter's shape
+        self.outs = outs                  # key -> the parameter's data array (what forward reads)
+        self.keys = list(shapes)
+        self.size = sum(b.size for b in buckets)
+        self.slots = [s for b in buckets for s in b.slots]
+        self.t = 0                        # the schedule's step of these buckets
+        self.in_flight = None             # the flush after which W(t) is (being) pulled into comm_buf
+        self.grad_buf = mx.nd.zeros((self.size,))
+        self.comm_buf = mx.nd.zeros((self.size,))
+        self.loc_buf = mx.nd.zeros((self.size,)) if delayed else None
+        self.residual = np.zeros(self.size, np.float32) if compressing else None
+        for b in buckets:
+            b.grad = self.grad_buf[b.offset:b.offset + b.size]
+            b.comm = self.comm_buf[b.offset:b.offset + b.size]
+            b.residual = None if self.residual is None else self.residual[b.offset:b.offset + b.size]
+            b.sml_buf = np.zeros(b.words, np.uint32) if compressing else None
+        # a whole parameter's slices, shaped like it: what its gradient is bound to, and where
+        # its weights are copied from (a parameter cut into pieces is contiguous too)
+        self.grad_views, self._comm_views, self._loc_views = {}, {}, {}
+        for key, shape in shapes.items():
+            begin = min(s.offset for s in self.slots if s.key == key)
+            end = begin + int(np.prod(shape))
+            self.grad_views[key] = self.grad_buf[begin:end].reshape(shape)
+            self._comm_views[key] = self.comm_buf[begin:end].reshape(shape)
+            if self.loc_buf is not None:
+                self._loc_views[key] = self.loc_buf[begin:end].reshape(shape)
+
+    def gather(self, grads):
+        """grad_buf = the gradients {key: array}: nothing to do for a bound gradient."""
+        for key, g in grads.items():
+            view = self.grad_views[key]
+            if g is not view:
+                g.copyto(view)
+
+    def scatter(self, source):
+        """The parameters' data = comm_buf ('comm', W) or loc_buf ('loc', x): engine copies,
+        ordered after whatever writes the source (a pull, the local update)."""
+        views = self._comm_views if source == "comm" else self._loc_views
+        for key, out in self.outs.items():
+            views[key].copyto(out)
+
+    def count_nonfinite(self):
+        return codec.count_nonfinite(self.grad_buf)
+
+    def first_nonfinite(self):
+        """(key, count) of the first parameter whose gradient holds NaN/Inf (slow; on error)."""
+        for key in self.keys:
+            n = codec.count_nonfinite(self.grad_views[key])
+            if n:
+                return key, n
+        return None, 0
+
+    def layout(self):
+        """What every worker must agree on: (key, begin, end, offset, weight key) per slot."""
+        return [(s.key, s.begin, s.end, s.offset, b.weight_key) for b in self.buckets for s in b.slots]
