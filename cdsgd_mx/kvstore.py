@@ -266,18 +266,17 @@ class CDSGD(KVStoreBase):
         try:
             with open(fname) as f:
                 config = json.load(f)
-            if config.get("format") != CHECKPOINT_FORMAT:
-                raise ValueError("checkpoint %s has format %r, this cdsgd-mx reads %r (checkpoints written before "
-                                 "fused buckets cannot be resumed: start from the saved parameters instead)"
-                                 % (fname, config.get("format"), CHECKPOINT_FORMAT))
+        except (OSError, ValueError) as e:
+            raise ValueError("checkpoint %s is missing, corrupted or truncated: %s" % (fname, e)) from e
+        if config.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError("checkpoint %s has format %r, this cdsgd-mx reads %r: checkpoints written before fused "
+                             "buckets cannot be resumed (start from the saved parameters instead)"
+                             % (fname, config.get("format"), CHECKPOINT_FORMAT))
+        try:
             with open(path, "rb") as f:
                 worker = pickle.load(f)
             params, sets = worker["params"], worker["sets"]
-        except (OSError, EOFError, KeyError, pickle.UnpicklingError) as e:
-            raise ValueError("checkpoint %s (or %s) is missing, corrupted or truncated: %s" % (fname, path, e)) from e
-        except ValueError as e:
-            if "format" in str(e):
-                raise
+        except (OSError, EOFError, KeyError, ValueError, pickle.UnpicklingError) as e:
             raise ValueError("checkpoint %s (or %s) is missing, corrupted or truncated: %s" % (fname, path, e)) from e
         mismatch = {k: (v, config.get(k)) for k, v in self._config().items() if config.get(k) != v}
         if mismatch:

@@ -45,9 +45,19 @@ def test_corrupted_and_mismatched_checkpoints_give_clear_errors(tmp_path):
     trainer().load_states(path)  # round trip works
     with pytest.raises(ValueError, match="another configuration: k=3 here, 5 there"):
         trainer(k=3).load_states(path)
+    with pytest.raises(ValueError, match="another configuration: bucket_size=4 here, 1048576 there"):
+        trainer(bucket_size=4).load_states(path)
     data = open(path + ".worker0", "rb").read()
     open(path + ".worker0", "wb").write(data[: len(data) // 2])
     with pytest.raises(ValueError, match="missing, corrupted or truncated"):
         trainer().load_states(path)
     with pytest.raises(ValueError, match="missing, corrupted or truncated"):
         trainer().load_states(str(tmp_path / "nothing.states"))
+    import json
+    path = str(tmp_path / "old.states")
+    trainer().save_states(path)
+    old = json.load(open(path))
+    old["format"] = "cdsgd-mx checkpoint 1"  # written before fused buckets
+    json.dump(old, open(path, "w"))
+    with pytest.raises(ValueError, match="format 'cdsgd-mx checkpoint 1'.*written before fused buckets cannot be resumed"):
+        trainer().load_states(path)

@@ -322,3 +322,30 @@ def test_count_nonfinite(n):
     assert codec.count_nonfinite(x, threads=2) == len(bad)
     with pytest.raises(TypeError, match="x must be float32"):
         codec.count_nonfinite(x.astype(np.float64))
+
+
+@pytest.mark.parametrize("n", [1, 16, 17, 4095, 4096, 4097, 70001])
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_decode_sum_is_the_sum_of_every_rows_decoded_codes(n, rows):
+    """The server's one call per bucket: wire rows of N workers -> the sum of their codes."""
+    rng = np.random.RandomState(n + rows)
+    wires, want = [], np.zeros(n, np.float32)
+    for _ in range(rows):
+        packed, _ = ref.quantize(rng.normal(0, 1, n).astype(np.float32), np.zeros(n, np.float32), 0.5)
+        wires.append(ref.wire_encode(packed))
+        want += ref.dequantize(packed, n, 0.5)
+    wire = np.stack(wires) if rows else np.zeros((0, codec.packed_size(n)), np.float32)
+    for threads in (1, 2):
+        out = np.full(n, 9.0, np.float32)  # stale values are overwritten, not added to
+        codec.decode_sum(wire, out, 0.5, threads=threads)
+        np.testing.assert_array_equal(out, want)
+
+
+def test_decode_sum_rejects_a_corrupt_row_and_a_wrong_size():
+    n = 100
+    wire = np.stack([ref.wire_encode(ref.quantize(np.ones(n, np.float32), np.zeros(n, np.float32), 0.5)[0])] * 2)
+    wire[1, 3] = np.nan
+    with pytest.raises(ValueError, match="1 of its words are not valid ternary16 codes"):
+        codec.decode_sum(wire, np.zeros(n, np.float32), 0.5)
+    with pytest.raises(ValueError, match="wire has 14 elements"):
+        codec.decode_sum(wire, np.zeros(n + 16, np.float32), 0.5)
