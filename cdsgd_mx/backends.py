@@ -151,8 +151,8 @@ class DistBackend:
 
     def push_payload(self, key):
         """Push this worker's row: the staging row goes into the reused row_sparse array (an
-        engine copy that keeps the one non-zero row: wire floats are >= 1.0), then out."""
-        self.staging[key].copyto(self.payloads[key])
+        engine op that keeps the one non-zero row: wire floats are >= 1.0), then out."""
+        mx.nd.sparse.cast_storage(self.staging[key], "row_sparse", out=self.payloads[key])
         self.kv.push(key, self.payloads[key])
 
     def request_acks(self, payload_keys):

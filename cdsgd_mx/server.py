@@ -49,7 +49,7 @@ class ServerState:
     def __init__(self, rank=0):
         self.rank = rank
         self.optimizer = None
-        self.updater = None       # MXNet's Updater: one state per slot id, multi-tensor updates
+        self.updater = None       # MXNet's Updater: the optimizer's state per slot id
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
         self.slots = {}           # weight key -> [(state id, begin, end)]: the bucket's parameters
@@ -58,12 +58,14 @@ class ServerState:
         self.to_register = set()  # weight keys whose next update only records the weight
         self._views = {}          # (weight key, 'grad' | 'weight') -> (data address, per-slot views)
         self._decoded = {}        # payload key -> the decoded sum of the workers' codes
+        self._momentum = {}       # weight key -> SGD's flat momentum (per-parameter states are its views)
 
     # -- configuration ------------------------------------------------------------------
     def set_optimizer(self, optimizer):
         import mxnet as mx
         if getattr(optimizer, "aggregate_num", 0) > 0:
             optimizer.aggregate_num = MULTI_TENSOR_MAX  # a bucket's parameters in few calls
+        self._momentum = {}
         self.optimizer = optimizer
         self.updater = mx.optimizer.get_updater(optimizer)
 
@@ -125,6 +127,7 @@ class ServerState:
             with open(path, "rb") as f:
                 saved = pickle.load(f)
             self.set_optimizer(saved["optimizer"])
+            self._momentum = {}  # rebuilt from the restored states at the next update
             for k, v in saved["states"].items():
                 self.updater.states[k] = _to_ndarray(v)
                 self.updater.states_synced[k] = True
@@ -147,13 +150,49 @@ class ServerState:
         return cached[1]
 
     def apply_gradient(self, wk, weight, grad):
-        """The global optimizer on every parameter of the bucket, each with its own state:
-        MXNet's multi-tensor update where the optimizer has one (SGD), else one by one."""
+        """The global optimizer on every parameter of the bucket, each with its own state.
+        SGD (with or without momentum) runs its own kernel once over the whole bucket when its
+        parameters share learning rate and weight decay (their states are views of one flat
+        state); other optimizers go through MXNet's Updater parameter by parameter (multi-tensor
+        where the optimizer aggregates). MXNet 1.9.1's multi_sgd_mom_update measured 4x slower
+        than one sgd_mom_update over the same values here (docs/performance.md)."""
         if self.optimizer is None:
             raise RuntimeError("no optimizer was set on the server (kv.set_optimizer) before key %d was pushed" % wk)
+        from mxnet import ndarray as nd
+        from mxnet.optimizer import SGD
         ids = [i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]]
+        opt = self.optimizer
+        if type(opt) is SGD and weight.dtype == grad.dtype \
+                and len(set(opt._get_lrs(ids))) == 1 and len(set(opt._get_wds(ids))) == 1:
+            opt._update_count(ids)  # what SGD's own update does first, for every parameter
+            kwargs = {"rescale_grad": opt.rescale_grad, "lr": opt._get_lrs(ids[:1])[0], "wd": opt._get_wds(ids[:1])[0]}
+            if opt.clip_gradient:
+                kwargs["clip_gradient"] = opt.clip_gradient
+            flat = weight.reshape((-1,))
+            if opt.momentum > 0:
+                nd.sgd_mom_update(flat, grad.reshape((-1,)), self._flat_momentum(wk, weight), out=flat,
+                                  momentum=opt.momentum, **kwargs)
+            else:
+                nd.sgd_update(flat, grad.reshape((-1,)), out=flat, **kwargs)
+            weight.wait_to_read()
+            return
         self.updater(ids, self._slot_views(wk, grad, "grad"), self._slot_views(wk, weight, "weight"))
         weight.wait_to_read()
+
+    def _flat_momentum(self, wk, weight):
+        """One momentum array for the bucket; each parameter's state (what checkpoints save
+        and the Updater would use) is its view. States restored by load() are gathered in."""
+        flat = self._momentum.get(wk)
+        if flat is None:
+            from mxnet import ndarray as nd
+            flat = nd.zeros((weight.size,), ctx=weight.context)
+            for (i, b, e), view in zip(self.slots.get(wk) or [(wk, 0, weight.size)], self._slot_views(wk, flat, "momentum")):
+                if self.updater.states.get(i) is not None:
+                    view[:] = self.updater.states[i].reshape((-1,))
+                self.updater.states[i] = view
+                self.updater.states_synced[i] = True
+            self._momentum[wk] = flat
+        return flat
 
     def apply_payload(self, pk, rows, row_ids):
         """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""

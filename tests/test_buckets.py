@@ -145,23 +145,34 @@ def test_one_parameter_at_a_time_still_works_unfused():
     assert len(kv._sets) == len(plist)
 
 
-def test_server_keeps_one_optimizer_state_per_parameter_of_a_bucket():
-    """A bucket of three parameters updated by momentum SGD equals three separate updates, and
-    the states are per parameter (slot id), as checkpoints and per-parameter settings need."""
+OPTIMIZERS = [("sgd", {"learning_rate": 0.5, "momentum": 0.9, "wd": 0.01}), ("sgd", {"learning_rate": 0.5}),
+              ("adam", {"learning_rate": 0.1, "wd": 0.01}), ("nag", {"learning_rate": 0.1, "momentum": 0.9})]
+
+
+@pytest.mark.parametrize("name,kw", OPTIMIZERS)
+def test_server_keeps_one_optimizer_state_per_parameter_of_a_bucket(name, kw):
+    """A bucket of three parameters updated by the server equals three separate updates, and
+    the states are per parameter (slot id), as checkpoints and per-parameter settings need
+    (SGD runs fused over the bucket, other optimizers parameter by parameter)."""
     s = ServerState()
-    s.set_optimizer(mx.optimizer.SGD(learning_rate=0.5, momentum=0.9, wd=0.01))
+    s.set_optimizer(mx.optimizer.create(name, **kw))
     s.command(json.dumps({"op": "register", "weights": [4], "payloads": {}, "slots": {"4": [[10, 0, 3], [11, 3, 8], [12, 8, 9]]}}))
     w0 = np.arange(9, dtype=np.float32) / 10
     weight = mx.nd.array(w0)
     s(4, mx.nd.zeros((9,)), weight)  # registration round
     ref = [mx.nd.array(w0[a:b]) for a, b in ((0, 3), (3, 8), (8, 9))]
-    opt = mx.optimizer.SGD(learning_rate=0.5, momentum=0.9, wd=0.01)
-    states = [opt.create_state(0, r) for r in ref]
+    opt = mx.optimizer.create(name, **kw)
+    states = [opt.create_state(j, r) for j, r in enumerate(ref)]
     for step in range(3):
         g = np.sin(np.arange(9, dtype=np.float32) + step)
         s(4, mx.nd.array(g), weight)
         for j, ((a, b), r) in enumerate(zip(((0, 3), (3, 8), (8, 9)), ref)):
             opt.update(j, r, mx.nd.array(g[a:b]), states[j])
     np.testing.assert_allclose(weight.asnumpy(), np.concatenate([r.asnumpy() for r in ref]), rtol=1e-6, atol=1e-7)
+    if name == "sgd" and not kw.get("momentum"):
+        return  # stateless: nothing kept
     assert sorted(s.updater.states) == [10, 11, 12]
-    assert [s.updater.states[i].shape for i in (10, 11, 12)] == [(3,), (5,), (1,)]
+    if name == "adam":
+        assert [s.updater.states[i][0].shape for i in (10, 11, 12)] == [(3,), (5,), (1,)]
+    elif kw.get("momentum"):
+        assert [s.updater.states[i].shape for i in (10, 11, 12)] == [(3,), (5,), (1,)]
