@@ -167,19 +167,26 @@ def netns_prelude(args):
     return "\n".join(lines)
 
 
-def reexec_in_netns(args, argv):
-    """Run this launcher again inside `unshare -n` with a shaped loopback."""
+def netns_unavailable():
+    """None where an emulated link can be made here, else why not (one line)."""
     import shutil
     for tool in ("unshare", "ip", "tc"):
         if shutil.which(tool) is None:
-            sys.exit("launch: --bandwidth/--latency need '%s' (util-linux / iproute2)" % tool)
+            return "--bandwidth/--latency need '%s' (util-linux / iproute2)" % tool
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+    if probe.returncode != 0:
+        return "cannot create a network namespace (needs root or user namespaces): %s" % probe.stderr.decode().strip()
+    return None
+
+
+def reexec_in_netns(args, argv):
+    """Run this launcher again inside `unshare -n` with a shaped loopback."""
+    why = netns_unavailable()
+    if why:
+        sys.exit("launch: " + why)
     inner = [sys.executable, "-m", "cdsgd_mx.launch"] + argv
     script = netns_prelude(args) + "\nexec " + " ".join(shlex.quote(a) for a in inner)
     env = dict(os.environ, CDSGD_IN_NETNS="1")
-    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
-    if probe.returncode != 0:
-        sys.exit("launch: cannot create a network namespace (needs root or user namespaces): %s"
-                 % probe.stderr.decode().strip())
     return subprocess.call(["unshare", "-n", "bash", "-c", script], env=env)
 
 

@@ -12,7 +12,7 @@ the servers' SGD with momentum applied, the new weights pulled and waited for. A
 untimed rounds (registration, warm-up), --rounds rounds are timed on every worker; the figure
 is the largest over the workers. MXNET_KVSTORE_BIGARRAY_BOUND=1000000 for every job.
 
-Columns (ms per round):
+Columns (ms per round; arrays: the model's parameter arrays with a gradient, pushed each round):
   stock_fp32  gluon.Trainer, kvstore='dist_sync', on MXNet's own server: median of waited steps
   stock_2bit  MXNet's 2-bit compression (threshold 0.5) on its own server, a raw kvstore driven
               as Module did (push every key, pull every key, wait): median
@@ -29,13 +29,12 @@ import argparse
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 
-from ..launch import RATE_RE, netns_prelude
+from ..launch import RATE_RE, netns_prelude, netns_unavailable
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd"]
 OURS = ("ssgd", "bitsgd", "cdsgd")
@@ -60,7 +59,10 @@ def build_model(name):
     shape = models.INPUT_SHAPES[name]
     net = models.build(name, 1000 if shape[-1] == 224 else 10)
     net.initialize(mx.init.Xavier())
-    net(mx.nd.zeros((1,) + shape))
+    # training-mode forward: an inference forward lets MKL-DNN reorder conv weights in place,
+    # which MXNet's dist kvstore cannot send (empty pushes, 'init N first' on the server)
+    with mx.autograd.record():
+        net(mx.nd.zeros((1,) + shape))
     return net
 
 
@@ -141,10 +143,11 @@ def worker(args):
 
 # -- leader: jobs, table, JSON --------------------------------------------------------------
 def netns_problem(link):
-    """None if the launcher can shape `link` here, else why not (the launcher's own check)."""
-    for tool in ("unshare", "ip", "tc"):
-        if shutil.which(tool) is None:
-            return "needs '%s' (util-linux / iproute2)" % tool
+    """None if the launcher can shape `link` here, else why not (the launcher's own check, then
+    its shaping commands tried once)."""
+    why = netns_unavailable()
+    if why:
+        return why
     script = netns_prelude(argparse.Namespace(bandwidth=link, latency=None))
     proc = subprocess.run(["unshare", "-n", "bash", "-c", script], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -159,7 +162,9 @@ def failure_reason(proc):
     for pattern in (r"\b\w*(Error|Exception|Interrupt)\b:", r"^launch \|", r"."):
         hits = [l for l in lines if re.search(pattern, l)]
         if hits:
-            return "%s (exit %d)" % (hits[-1][:300], proc.returncode)
+            m = re.match(r"^(\w+(?: \d+)?) \| (.*)$", hits[-1])  # the launcher's "worker 1 | " prefix
+            where, text = (m.group(1) + ", ", m.group(2)) if m else ("", hits[-1])
+            return "%s (%sexit %d)" % (text[:300], where, proc.returncode)
     return "exit code %d" % proc.returncode
 
 
