@@ -2,6 +2,7 @@
 server for kvstore='local' / None (the same semantics with one worker)."""
 import json
 import os
+import pickle
 import sys
 
 import mxnet as mx
@@ -34,11 +35,11 @@ def _exit_on_uncaught_exception():
 
 
 def _registration(buckets, threshold, compressing):
-    """The servers' register command: each bucket's parameters (slots: state id and range in
-    the weight key) and, when compressing, its payload key."""
+    """The servers' register command: each bucket's parameters (slots: state id, range in the
+    weight key, lr_mult, wd_mult) and, when compressing, its payload key."""
     return {"op": "register", "weights": [b.weight_key for b in buckets] if compressing else [],
-            "slots": {str(b.weight_key): [[s.state_id, s.offset - b.offset, s.offset - b.offset + s.size]
-                                          for s in b.slots] for b in buckets},
+            "slots": {str(b.weight_key): [[s.state_id, s.offset - b.offset, s.offset - b.offset + s.size,
+                                           s.lr_mult, s.wd_mult] for s in b.slots] for b in buckets},
             "payloads": {str(b.payload_key): [b.weight_key, b.size, threshold] for b in buckets} if compressing else {}}
 
 
@@ -190,7 +191,9 @@ class LocalBackend:
         self.staging = {}  # payload key -> numpy [1, words]: the codes the next push carries
 
     def set_optimizer(self, optimizer):
-        self.server.set_optimizer(optimizer)
+        # a copy, as the servers get one: pickling drops gluon's param_dict, whose indices are
+        # not the server's state ids (sharing it applied one parameter's lr_mult to another)
+        self.server.set_optimizer(pickle.loads(pickle.dumps(optimizer)))
 
     def init(self, keys, values):
         for k, v in zip(keys, values):

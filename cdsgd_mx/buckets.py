@@ -37,6 +37,8 @@ class Slot:
     end: int
     offset: int    # where that range starts in the set's flat buffers
     state_id: int  # the global optimizer's index for this piece, unique in the job
+    lr_mult: float = 1.0  # the parameter's own multipliers (gluon's Parameter.lr_mult, wd_mult)
+    wd_mult: float = 1.0
 
     @property
     def size(self):
@@ -131,6 +133,22 @@ class BucketSet:
             self._comm_views[key] = self.comm_buf[begin:end].reshape(shape)
             if self.loc_buf is not None:
                 self._loc_views[key] = self.loc_buf[begin:end].reshape(shape)
+
+    def set_multipliers(self, multipliers):
+        """multipliers(key) -> (lr_mult, wd_mult). Consecutive parameters with the same ones form
+        a run: the local optimizer steps each run at once (one run when none are set)."""
+        for s in self.slots:
+            s.lr_mult, s.wd_mult = (float(m) for m in multipliers(s.key))
+        self.runs = []  # (index of the local optimizer = first slot's state id, grad view, loc view)
+        if self.loc_buf is None:
+            return
+        start = 0
+        for i, s in enumerate(self.slots):
+            last = i + 1 == len(self.slots)
+            if last or (self.slots[i + 1].lr_mult, self.slots[i + 1].wd_mult) != (s.lr_mult, s.wd_mult):
+                first, end = self.slots[start], s.offset + s.size
+                self.runs.append((first.state_id, self.grad_buf[first.offset:end], self.loc_buf[first.offset:end]))
+                start = i + 1
 
     def gather(self, grads):
         """grad_buf = the gradients {key: array}: nothing to do for a bound gradient."""

@@ -153,6 +153,8 @@ class CDSGD(KVStoreBase):
         params["rescale_grad"] = optimizer.rescale_grad
         self._local_optimizer = mx.optimizer.create(self._local_name, **params)
         self._local_updater = mx.optimizer.get_updater(self._local_optimizer)
+        for bset in self._sets[:self._registered]:
+            self._local_multipliers(bset)
 
     def broadcast(self, key, value, out, priority=0):
         """Initializes parameters on the servers from rank 0's values and pulls them to out.
@@ -408,10 +410,20 @@ class CDSGD(KVStoreBase):
         if not self._agreed:
             self._check_agreement()
             self._agreed = True
+        for bset in self._sets[self._registered:]:
+            bset.set_multipliers(lambda key: _multipliers(self._optimizer, key))
+            self._local_multipliers(bset)
         new = [b for bset in self._sets[self._registered:] for b in bset.buckets]
         if new:
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING)
         self._registered = len(self._sets)
+
+    def _local_multipliers(self, bset):
+        """The local optimizer (eq. 11) honours each parameter's multipliers too: it steps a
+        set run by run, each run under its first slot's state id."""
+        for s in bset.slots:
+            self._local_optimizer.lr_mult[s.state_id] = s.lr_mult
+            self._local_optimizer.wd_mult[s.state_id] = s.wd_mult
 
     def _sync_step(self, bset, t):
         """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weights into
@@ -432,7 +444,8 @@ class CDSGD(KVStoreBase):
                 self._comm.wait(bset.in_flight)   # W(t) is (being) pulled into comm_buf
             bset.comm_buf.copyto(bset.loc_buf)     # the engine orders this after that pull
         with self.tracer.span("local update", step=t):
-            self._local_updater(self._sets.index(bset), bset.grad_buf, bset.loc_buf)  # eq. 11
+            for index, grad, loc in bset.runs:
+                self._local_updater(index, grad, loc)  # eq. 11
             bset.scatter("loc")
             bset.grad_buf.copyto(bset.comm_buf)    # comm_buf = g(t): backward of t+1 may now write grad_buf
         bset.in_flight = self._comm.submit(lambda: self._round(bset, t), "step %d" % t)
@@ -553,6 +566,17 @@ class CDSGD(KVStoreBase):
                 self._comm.close()
                 self._comm = None
                 mx.nd.waitall()
+
+
+def _multipliers(optimizer, key):
+    """(lr_mult, wd_mult) of parameter `key` as MXNet's Optimizer looks them up: its Parameter
+    (gluon's param_dict), else the multipliers set by index, else by name (idx2name)."""
+    param = optimizer.param_dict.get(key)
+    if param is not None:
+        return param.lr_mult, param.wd_mult
+    name = optimizer.idx2name.get(key)
+    return (optimizer.lr_mult.get(key, optimizer.lr_mult.get(name, 1.0)),
+            optimizer.wd_mult.get(key, optimizer.wd_mult.get(name, 1.0)))
 
 
 def _write_atomic(path, data):

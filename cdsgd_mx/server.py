@@ -53,10 +53,11 @@ class ServerState:
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
         self.slots = {}           # weight key -> [(state id, begin, end)]: the bucket's parameters
+        self.multipliers = {}     # state id -> (lr_mult, wd_mult) of its parameter
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
         self.to_register = set()  # weight keys whose next update only records the weight
-        self._views = {}          # (weight key, 'grad' | 'weight') -> (data address, per-slot views)
+        self._cut = {}            # (weight key, role) -> (data address, views of that array)
         self._decoded = {}        # payload key -> the decoded sum of the workers' codes
         self._momentum = {}       # weight key -> SGD's flat momentum (per-parameter states are its views)
 
@@ -68,6 +69,15 @@ class ServerState:
         self._momentum = {}
         self.optimizer = optimizer
         self.updater = mx.optimizer.get_updater(optimizer)
+        self._apply_multipliers()
+
+    def _apply_multipliers(self):
+        """Each parameter's lr_mult / wd_mult, by its state id (MXNet pickles the optimizer
+        without gluon's param_dict, so they travel in the register command)."""
+        if self.optimizer is not None:
+            for i, (lr, wd) in self.multipliers.items():
+                self.optimizer.lr_mult[i] = lr
+                self.optimizer.wd_mult[i] = wd
 
     def command(self, body):
         msg = json.loads(body)
@@ -75,7 +85,9 @@ class ServerState:
             for pk, (wk, n, threshold) in msg["payloads"].items():
                 self.payloads[int(pk)] = (int(wk), int(n), float(threshold))
             for wk, slots in msg.get("slots", {}).items():
-                self.slots[int(wk)] = [(int(i), int(b), int(e)) for i, b, e in slots]
+                self.slots[int(wk)] = [(int(i), int(b), int(e)) for i, b, e, _, _ in slots]
+                self.multipliers.update((int(i), (float(lr), float(wd))) for i, _, _, lr, wd in slots)
+            self._apply_multipliers()
             self.to_register.update(int(k) for k in msg["weights"])
         elif msg["op"] == "set_lr":
             self.optimizer.set_learning_rate(float(msg["lr"]))
@@ -134,49 +146,66 @@ class ServerState:
         except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as e:
             raise ValueError("server checkpoint %s is missing, corrupted or truncated: %s" % (path, e)) from e
 
-    def _slot_views(self, wk, arr, role):
-        """arr (a bucket's flat weight or gradient) cut into its parameters' views, reused
-        while the array's memory stays the same (MXNet hands over the same stored weight and,
-        for a key, the same merge buffer every round); one entry per key and role."""
+    def _views(self, wk, arr, role, ranges):
+        """arr (a bucket's flat weight, gradient or momentum) cut at `ranges`, reused while the
+        array's memory stays the same (MXNet hands over the same stored weight and, for a key,
+        the same merge buffer every round); one entry per key and role."""
         import ctypes
         from mxnet.base import _LIB, check_call
         ptr = ctypes.c_void_p()
         check_call(_LIB.MXNDArrayGetData(arr.handle, ctypes.byref(ptr)))
-        cached = self._views.get((wk, role))
+        cached = self._cut.get((wk, role))
         if cached is None or cached[0] != ptr.value:
-            slots = self.slots.get(wk)
-            cached = (ptr.value, [arr[b:e] for _, b, e in slots] if slots else [arr])
-            self._views[(wk, role)] = cached
+            flat = arr.reshape((-1,))
+            cached = (ptr.value, [flat[b:e] for b, e in ranges])
+            self._cut[(wk, role)] = cached
         return cached[1]
 
+    def _slot_ranges(self, wk, size):
+        return [(b, e) for _, b, e in self.slots.get(wk) or [(wk, 0, size)]]
+
+    def _runs(self, wk, size):
+        """Consecutive parameters of a bucket with the same multipliers: (first state id, begin,
+        end). One run per bucket unless lr_mult / wd_mult differ."""
+        runs = []
+        for i, b, e in self.slots.get(wk) or [(wk, 0, size)]:
+            if runs and self.multipliers.get(i) == self.multipliers.get(runs[-1][0]) and runs[-1][2] == b:
+                runs[-1][2] = e
+            else:
+                runs.append([i, b, e])
+        return runs
+
     def apply_gradient(self, wk, weight, grad):
-        """The global optimizer on every parameter of the bucket, each with its own state.
-        SGD (with or without momentum) runs its own kernel once over the whole bucket when its
-        parameters share learning rate and weight decay (their states are views of one flat
-        state); other optimizers go through MXNet's Updater parameter by parameter (multi-tensor
-        where the optimizer aggregates). MXNet 1.9.1's multi_sgd_mom_update measured 4x slower
-        than one sgd_mom_update over the same values here (docs/performance.md)."""
+        """The global optimizer on every parameter of the bucket, each with its own state and
+        multipliers. SGD (with or without momentum) runs its own kernel once per run of
+        parameters with the same multipliers (once per bucket when none are set), the states
+        being views of one flat momentum; other optimizers go through MXNet's Updater parameter
+        by parameter. MXNet 1.9.1's multi_sgd_mom_update measured 15x slower than one
+        sgd_mom_update over the same values here (docs/performance.md)."""
         if self.optimizer is None:
             raise RuntimeError("no optimizer was set on the server (kv.set_optimizer) before key %d was pushed" % wk)
         from mxnet import ndarray as nd
         from mxnet.optimizer import SGD
-        ids = [i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]]
         opt = self.optimizer
-        if type(opt) is SGD and weight.dtype == grad.dtype \
-                and len(set(opt._get_lrs(ids))) == 1 and len(set(opt._get_wds(ids))) == 1:
-            opt._update_count(ids)  # what SGD's own update does first, for every parameter
-            kwargs = {"rescale_grad": opt.rescale_grad, "lr": opt._get_lrs(ids[:1])[0], "wd": opt._get_wds(ids[:1])[0]}
-            if opt.clip_gradient:
-                kwargs["clip_gradient"] = opt.clip_gradient
-            flat = weight.reshape((-1,))
-            if opt.momentum > 0:
-                nd.sgd_mom_update(flat, grad.reshape((-1,)), self._flat_momentum(wk, weight), out=flat,
-                                  momentum=opt.momentum, **kwargs)
-            else:
-                nd.sgd_update(flat, grad.reshape((-1,)), out=flat, **kwargs)
+        ids = [i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]]
+        if type(opt) is not SGD or weight.dtype != grad.dtype:
+            slots = self._slot_ranges(wk, weight.size)
+            self.updater(ids, self._views(wk, grad, "grad", slots), self._views(wk, weight, "weight", slots))
             weight.wait_to_read()
             return
-        self.updater(ids, self._slot_views(wk, grad, "grad"), self._slot_views(wk, weight, "weight"))
+        opt._update_count(ids)  # what SGD's own update does first, for every parameter
+        runs = self._runs(wk, weight.size)
+        ranges = [(b, e) for _, b, e in runs]
+        weights, grads = self._views(wk, weight, "run weight", ranges), self._views(wk, grad, "run grad", ranges)
+        moms = self._views(wk, self._flat_momentum(wk, weight), "run momentum", ranges) if opt.momentum > 0 else None
+        for r, (first, _, _) in enumerate(runs):
+            kwargs = {"rescale_grad": opt.rescale_grad, "lr": opt._get_lrs([first])[0], "wd": opt._get_wds([first])[0]}
+            if opt.clip_gradient:
+                kwargs["clip_gradient"] = opt.clip_gradient
+            if moms is not None:
+                nd.sgd_mom_update(weights[r], grads[r], moms[r], out=weights[r], momentum=opt.momentum, **kwargs)
+            else:
+                nd.sgd_update(weights[r], grads[r], out=weights[r], **kwargs)
         weight.wait_to_read()
 
     def _flat_momentum(self, wk, weight):
@@ -186,7 +215,8 @@ class ServerState:
         if flat is None:
             from mxnet import ndarray as nd
             flat = nd.zeros((weight.size,), ctx=weight.context)
-            for (i, b, e), view in zip(self.slots.get(wk) or [(wk, 0, weight.size)], self._slot_views(wk, flat, "momentum")):
+            slots = self.slots.get(wk) or [(wk, 0, weight.size)]
+            for (i, _, _), view in zip(slots, self._views(wk, flat, "momentum", self._slot_ranges(wk, weight.size))):
                 if self.updater.states.get(i) is not None:
                     view[:] = self.updater.states[i].reshape((-1,))
                 self.updater.states[i] = view

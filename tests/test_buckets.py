@@ -149,19 +149,22 @@ OPTIMIZERS = [("sgd", {"learning_rate": 0.5, "momentum": 0.9, "wd": 0.01}), ("sg
               ("adam", {"learning_rate": 0.1, "wd": 0.01}), ("nag", {"learning_rate": 0.1, "momentum": 0.9})]
 
 
+@pytest.mark.parametrize("mults", [[[1, 1]] * 3, [[1, 0], [2, 1], [1, 3]]], ids=["plain", "multipliers"])
 @pytest.mark.parametrize("name,kw", OPTIMIZERS)
-def test_server_keeps_one_optimizer_state_per_parameter_of_a_bucket(name, kw):
+def test_server_keeps_one_optimizer_state_per_parameter_of_a_bucket(name, kw, mults):
     """A bucket of three parameters updated by the server equals three separate updates, and
     the states are per parameter (slot id), as checkpoints and per-parameter settings need
     (SGD runs fused over the bucket, other optimizers parameter by parameter)."""
     s = ServerState()
     s.set_optimizer(mx.optimizer.create(name, **kw))
-    s.command(json.dumps({"op": "register", "weights": [4], "payloads": {}, "slots": {"4": [[10, 0, 3], [11, 3, 8], [12, 8, 9]]}}))
+    s.command(json.dumps({"op": "register", "weights": [4], "payloads": {}, "slots": {"4": [[10, 0, 3] + mults[0], [11, 3, 8] + mults[1], [12, 8, 9] + mults[2]]}}))
     w0 = np.arange(9, dtype=np.float32) / 10
     weight = mx.nd.array(w0)
     s(4, mx.nd.zeros((9,)), weight)  # registration round
     ref = [mx.nd.array(w0[a:b]) for a, b in ((0, 3), (3, 8), (8, 9))]
     opt = mx.optimizer.create(name, **kw)
+    opt.set_lr_mult({j: m[0] for j, m in enumerate(mults)})
+    opt.set_wd_mult({j: m[1] for j, m in enumerate(mults)})
     states = [opt.create_state(j, r) for j, r in enumerate(ref)]
     for step in range(3):
         g = np.sin(np.arange(9, dtype=np.float32) + step)

@@ -27,3 +27,32 @@ def test_the_package_imports_on_a_server_without_starting_mxnets_server():
     proc = subprocess.run([sys.executable, "-c", "import sys, cdsgd_mx; print('mxnet' in sys.modules)"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
+def test_lr_mult_zero_freezes_exactly_that_parameter_in_one_process(alg):
+    """kvstore='local' once froze another parameter (multipliers looked up by chunk key); both
+    the global optimizer and the local one (odsgd/cdsgd) must honour lr_mult and wd_mult."""
+    import mxnet as mx
+    import numpy as np
+    import cdsgd_mx
+    params = mx.gluon.ParameterDict()
+    plist = [params.get("p%d" % i, shape=s, init=mx.init.Constant(0.5)) for i, s in enumerate([(6, 4), (4,), (9,), (3,)])]
+    params.initialize()
+    plist[1].lr_mult = 0.0   # frozen
+    plist[2].wd_mult = 0.0   # no weight decay: with zero gradients it must not move
+    tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.2, "momentum": 0.5, "wd": 0.1}, kvstore="local",
+                          algorithm=alg, warmup_steps=1, k=2, threshold=0.25)
+    for t in range(6):
+        for i, p in enumerate(plist):
+            p.grad()[:] = 0.0 if i == 2 else 1.0
+        tr.step(1, ignore_stale_grad=True)
+    tr.wait_all()
+    data = [p.data().asnumpy() for p in plist]
+    glob = [tr.kvstore.global_weights(i).asnumpy() for i in range(len(plist))]
+    np.testing.assert_array_equal(data[1], 0.5)
+    np.testing.assert_array_equal(glob[1], 0.5)
+    np.testing.assert_array_equal(data[2], 0.5)
+    np.testing.assert_array_equal(glob[2], 0.5)
+    for i in (0, 3):
+        assert np.all(data[i] < 0.4) and np.all(glob[i] < 0.4)  # the others trained

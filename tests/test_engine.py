@@ -75,6 +75,22 @@ def test_ssgd_equals_stock_gluon_trainer(tmp_path):
         assert not np.allclose(stock[0]["w%d" % i], init_value(i, SHAPES[i]))  # it trained
 
 
+def test_ssgd_honours_per_parameter_multipliers_like_stock_gluon(tmp_path):
+    """lr_mult 2 on one weight, wd_mult 3 on another, wd_mult 0 on a bias: stock gluon honours
+    them when the workers update (update_on_kvstore=False); so must our servers."""
+    cfg = json.dumps(dict(CFG, mults=True, wd=0.05))
+    ours = launch(tmp_path / "ours", 2, 2, "--algorithm", "ssgd", "--steps", "6", "--warmup", "0", "--config", cfg)
+    stock = launch(tmp_path / "stock", 2, 2, "--mode", "stock_local", "--steps", "6", "--config", cfg,
+                   stock_server=True)
+    plain = launch(tmp_path / "plain", 2, 2, "--algorithm", "ssgd", "--steps", "6", "--warmup", "0",
+                   "--config", json.dumps(dict(CFG, wd=0.05)))
+    for i in range(len(SHAPES)):
+        np.testing.assert_allclose(ours[0]["w%d" % i], stock[0]["w%d" % i], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(ours[1]["x%d" % i], stock[1]["x%d" % i], rtol=1e-6, atol=1e-6)
+        if i != 0:  # p0 has no multiplier: the others must differ from a run without them
+            assert not np.allclose(plain[0]["w%d" % i], stock[0]["w%d" % i], atol=1e-4)
+
+
 def test_bitsgd_equals_mxnet_2bit_compression(tmp_path):
     ours = launch(tmp_path / "ours", 2, 1, "--algorithm", "bitsgd", "--steps", "8", "--warmup", "0")
     theirs = launch(tmp_path / "mx", 2, 1, "--mode", "mxnet2bit", "--steps", "8", stock_server=True)

@@ -5,6 +5,7 @@ trains with (so the one-step delay is visible in the result), on a 1/64 grid (so
 decisions do not hinge on float rounding). Modes:
   cdsgd     cdsgd_mx.Trainer with --algorithm
   stock     gluon.Trainer with kvstore='dist_sync' (S-SGD reference)
+  stock_local  the same with update_on_kvstore=False (workers update; honours lr_mult/wd_mult)
   mxnet2bit kv.push/kv.pull with MXNet's own 2-bit compression (BIT-SGD reference)
 Writes OUT/rank<R>.npz: final x and global W per parameter, bytes pushed per step.
 """
@@ -56,6 +57,10 @@ def main():
         p = params.get("p%d" % i, shape=shape, init=mx.init.Constant(init_value(i, shape).tolist()))
         plist.append(p)
     params.initialize(ctx=mx.cpu())
+    if cfg.get("mults"):  # per-parameter settings as gluon-cv's no-wd option and lr_mult would set them
+        plist[1].lr_mult = 2.0
+        plist[2].wd_mult = 3.0
+        plist[3].wd_mult = 0.0  # the (1,) parameter plays a bias
 
     if args.mode == "mxnet2bit":
         kv = mx.kv.create("dist_sync")
@@ -74,8 +79,9 @@ def main():
         save(args.out, rank, finals, finals, {})
         return
 
-    if args.mode == "stock":
-        trainer = gluon.Trainer(params, "sgd", opt_params, kvstore="dist_sync")
+    if args.mode in ("stock", "stock_local"):
+        trainer = gluon.Trainer(params, "sgd", opt_params, kvstore="dist_sync",
+                                update_on_kvstore=False if args.mode == "stock_local" else None)
         trainer._optimizer.rescale_grad = 1.0 / batch  # what step() sets; the kvstore exists now
         trainer._init_kvstore()
         rank = trainer._kvstore.rank
@@ -106,8 +112,9 @@ def main():
             if [rank, t] in cfg.get("nan_at", []) and i == 1:
                 g[0, 0] = np.nan  # a non-finite gradient in one parameter of this worker
             p.grad()[:] = g
+            p.data()._fresh_grad = True  # as backward would: gluon's local update skips stale ones
         trainer.step(batch, ignore_stale_grad=True)
-    if args.mode == "stock":
+    if args.mode in ("stock", "stock_local"):
         mx.nd.waitall()
         rank = trainer._kvstore.rank
         finals = [p.data().asnumpy() for p in plist]
