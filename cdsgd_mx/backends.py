@@ -8,6 +8,7 @@ import sys
 import mxnet as mx
 import numpy as np
 
+from . import protocol
 from .server import COMMAND_PREFIX, ServerState
 
 
@@ -125,6 +126,22 @@ class DistBackend:
         self.kv.pull(key, out=out)
         return out.asnumpy()
 
+    def handshake(self):
+        """Each server's answer to the start-up handshake: 2 * num_workers + 1 from ours (every
+        worker pushes 1 to a key on that server, whose next update our server sets to
+        2 * sum + 1); MXNet's own server ignores the command and stores the sum or runs the
+        optimizer. Returns {server index: answer}."""
+        keys = protocol.handshake_keys(self.num_servers)
+        self.kv.init(keys, [mx.nd.zeros((1,)) for _ in keys])
+        self.command({"op": "handshake", "keys": keys})
+        ones = [mx.nd.ones((1,)) for _ in keys]
+        for k, v in zip(keys, ones):
+            self.kv.push(k, v)
+        outs = [mx.nd.zeros((1,)) for _ in keys]
+        for k, o in zip(keys, outs):
+            self.kv.pull(k, out=o)  # ordered after this worker's push of the same key
+        return {s: float(o.asnumpy()[0]) for s, o in enumerate(outs)}
+
     def open_tally(self, key, width):
         """A key whose every update stores the sum of the workers' pushes (see tally)."""
         self.kv.init(key, mx.nd.zeros((width,)))
@@ -212,6 +229,9 @@ class LocalBackend:
 
     def gather_rows(self, key, row):
         return np.asarray(row, np.float32).reshape(1, -1)
+
+    def handshake(self):
+        return {0: 3.0}  # the server is in this process
 
     def open_tally(self, key, width):
         pass

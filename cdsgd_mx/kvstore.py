@@ -346,6 +346,20 @@ class CDSGD(KVStoreBase):
         return ", ".join(str(names[k]) if names and isinstance(k, int) and 0 <= k < len(names) else str(k)
                          for k in keys)
 
+    def _check_servers(self):
+        """Before anything else: every server must be ours. MXNet's own server (a script
+        launched with tools/launch.py that forgot serve_if_not_worker(), or a host without
+        cdsgd-mx) accepts every push but ignores our commands, so 2-bit pushes would never
+        reach the weights while the job trains on and exits 0."""
+        want = 2.0 * self.num_workers + 1
+        stock = [s for s, answer in sorted(self._backend.handshake().items()) if answer != want]
+        if stock:
+            raise ConfigError(
+                "server %s answered the start-up handshake as MXNet's own server does, not cdsgd-mx's: start "
+                "the servers with `python -m cdsgd_mx.server` (python -m cdsgd_mx.launch does), or with MXNet's "
+                "tools/launch.py call cdsgd_mx.server.serve_if_not_worker() at the top of the training script, "
+                "and install cdsgd-mx on every server host" % ", ".join(str(s) for s in stock))
+
     def _check_agreement(self):
         """Before any training: every worker must run the same algorithm, k, warm-up,
         threshold, bucket size and parameters; a mismatch would silently train something else."""
@@ -408,6 +422,7 @@ class CDSGD(KVStoreBase):
         tell the servers which parameters each bucket holds (and, when compressing, which
         payload key decodes into which weight key)."""
         if not self._agreed:
+            self._check_servers()
             self._check_agreement()
             self._agreed = True
         for bset in self._sets[self._registered:]:

@@ -18,6 +18,18 @@ DEFAULT_BIGARRAY_BOUND = 1000 * 1000
 
 CONFIG_KEY = 1 << 30  # far above any bucket's keys: the start-up agreement check
 VOTE_KEY = CONFIG_KEY + 1  # nonfinite='skip': each step's count of non-finite values per worker
+HANDSHAKE_BASE = CONFIG_KEY + 2  # from here: one start-up handshake key per server
+
+
+def handshake_keys(num_servers):
+    """One key on each server (MXNet's placement rule), above every other key."""
+    keys, k = [], HANDSHAKE_BASE
+    for s in range(num_servers):
+        while server_of(k, num_servers) != s:
+            k += 1
+        keys.append(k)
+        k += 1
+    return keys
 
 
 def bigarray_bound():

@@ -21,6 +21,8 @@ Commands (sent by worker rank 0 as MXNet controller commands, id 0): "cdsgd:" + 
   {"op": "set_lr", "lr": float}   the global optimizer's learning rate from now on
   {"op": "assign", "keys": [k...]} the next update of each key stores the workers' sum
   {"op": "tally", "keys": [k...]}  every update of each key stores the workers' sum (votes)
+  {"op": "handshake", "keys": [k...]}  the next update of each key stores 2 * sum + 1: an answer
+      MXNet's own server cannot give (it stores the sum or runs the optimizer)
   {"op": "save" | "load", "path": p}  the optimizer and its states, to/from p.server<rank>
 """
 import json
@@ -52,6 +54,7 @@ class ServerState:
         self.updater = None       # MXNet's Updater: the optimizer's state per slot id
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
+        self.handshakes = set()   # keys whose next update answers the start-up handshake
         self.slots = {}           # weight key -> [(state id, begin, end)]: the bucket's parameters
         self.multipliers = {}     # state id -> (lr_mult, wd_mult) of its parameter
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
@@ -99,6 +102,8 @@ class ServerState:
             self.tallies.update(int(k) for k in msg["keys"])
         elif msg["op"] == "assign":
             self.to_assign.update(int(k) for k in msg["keys"])
+        elif msg["op"] == "handshake":
+            self.handshakes.update(int(k) for k in msg["keys"])
         else:
             raise ValueError("unknown cdsgd command %r" % (msg["op"],))
 
@@ -112,6 +117,11 @@ class ServerState:
         grad.wait_to_read()
         if key in self.payloads:
             self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
+            return
+        if key in self.handshakes:  # proof that this server is ours (kvstore._check_servers)
+            self.handshakes.discard(key)
+            weight[:] = grad * 2 + 1
+            weight.wait_to_read()
             return
         if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
             self.to_assign.discard(key)

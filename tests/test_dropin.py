@@ -56,3 +56,20 @@ def test_lr_mult_zero_freezes_exactly_that_parameter_in_one_process(alg):
     np.testing.assert_array_equal(glob[2], 0.5)
     for i in (0, 3):
         assert np.all(data[i] < 0.4) and np.all(glob[i] < 0.4)  # the others trained
+
+
+def test_a_job_on_mxnets_own_servers_stops_at_start_up_saying_what_to_do(tmp_path):
+    """Stock servers accept every push but ignore our commands: bitsgd's 2-bit pushes never
+    reached the weights and the job exited 0. Now the start-up handshake stops it."""
+    import time
+    engine = os.path.join(ROOT, "tests", "workers", "engine_worker.py")
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "2", "--stock-server",
+                           "--timeout", "90", "--", sys.executable, engine, "--algorithm", "bitsgd", "--warmup", "0",
+                           "--steps", "8", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0
+    assert time.time() - start < 60
+    assert "server 0, 1 answered the start-up handshake as MXNet's own server does" in proc.stdout
+    assert "serve_if_not_worker()" in proc.stdout and "python -m cdsgd_mx.server" in proc.stdout
+    assert not list(tmp_path.glob("rank*.npz"))  # nothing trained
