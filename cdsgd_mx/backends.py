@@ -194,6 +194,9 @@ class DistBackend:
     def set_learning_rate(self, lr):
         self.command({"op": "set_lr", "lr": lr})
 
+    def follow_rescale(self, rescale_grad):
+        pass  # gluon refuses a new batch size on a distributed kvstore: the servers keep theirs
+
 
 class LocalBackend:
     """kvstore='local' or None: the same semantics with one worker and the server in process."""
@@ -266,3 +269,6 @@ class LocalBackend:
 
     def set_learning_rate(self, lr):
         self.server.optimizer.set_learning_rate(lr)
+
+    def follow_rescale(self, rescale_grad):
+        self.server.optimizer.rescale_grad = rescale_grad  # gluon sets it from each step's batch size

@@ -117,6 +117,7 @@ class CDSGD(KVStoreBase):
         self._registered = 0         # how many sets the servers know
         self._agreed = False         # the start-up configuration check ran
         self._calls = 0              # pushpull calls: the data steps, counted from 0
+        self._updates = 0            # steps not skipped: the global optimizer's updates so far
         self.param_names = None      # set by the Trainer, for the start-up check and messages
         self._comm = Communicator()
         atexit.register(self.close)  # stop the communication thread before MXNet shuts down
@@ -153,6 +154,7 @@ class CDSGD(KVStoreBase):
         params["rescale_grad"] = optimizer.rescale_grad
         self._local_optimizer = mx.optimizer.create(self._local_name, **params)
         self._local_updater = mx.optimizer.get_updater(self._local_optimizer)
+        self._rates = (optimizer.learning_rate, self._local_optimizer.learning_rate)  # at the start
         for bset in self._sets[:self._registered]:
             self._local_multipliers(bset)
 
@@ -230,6 +232,8 @@ class CDSGD(KVStoreBase):
             bset.gather({k: grads[k] for k in bset.keys})
         if self._apply_nonfinite_policy(sets, step):
             return
+        self._follow_global()
+        self._updates += 1
         for bset in sets:
             t = bset.t
             bset.t += 1
@@ -416,6 +420,19 @@ class CDSGD(KVStoreBase):
               % (step, ", ".join(str(r) for r in np.flatnonzero(votes)),
                  " (here: %s)" % first if first else ""), flush=True)
         return True
+
+    def _follow_global(self):
+        """The local optimizer follows the global one, as set_learning_rate does: the same
+        rescale_grad (gluon sets it from each step's batch size), and under a learning-rate
+        schedule the local rate scaled by the same factor as the servers' rate at this update
+        (the servers count one update per step)."""
+        opt, local = self._optimizer, self._local_optimizer
+        local.rescale_grad = opt.rescale_grad
+        self._backend.follow_rescale(opt.rescale_grad)
+        if opt.lr_scheduler is not None:
+            global_start, local_start = self._rates
+            now = opt.lr_scheduler(opt.begin_num_update + self._updates + 1)
+            local.set_learning_rate(local_start * (now / global_start if global_start else 1.0))
 
     def _ensure_registered(self):
         """Before the first step of new bucket sets: the start-up agreement check (once), then

@@ -73,3 +73,51 @@ def test_a_job_on_mxnets_own_servers_stops_at_start_up_saying_what_to_do(tmp_pat
     assert "server 0, 1 answered the start-up handshake as MXNet's own server does" in proc.stdout
     assert "serve_if_not_worker()" in proc.stdout and "python -m cdsgd_mx.server" in proc.stdout
     assert not list(tmp_path.glob("rank*.npz"))  # nothing trained
+
+
+def _one_param(alg, **kw):
+    import mxnet as mx
+    import cdsgd_mx
+    params = mx.gluon.ParameterDict()
+    p = params.get("w", shape=(4,), init=mx.init.Zero())
+    params.initialize()
+    return p, cdsgd_mx.Trainer(params, "sgd", kw.pop("opt"), kvstore="local", algorithm=alg, warmup_steps=0, **kw)
+
+
+def test_the_local_rate_follows_the_global_schedule():
+    """With an lr_scheduler on the global optimizer the local rate stayed at its start (0.1
+    while the global fell to 0.0125); it now falls by the same factor, also when set apart."""
+    import mxnet as mx
+    import numpy as np
+    for local, start in ((None, 0.1), ({"learning_rate": 0.4}, 0.4)):
+        sched = mx.lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1)
+        p, tr = _one_param("odsgd", opt={"learning_rate": 0.1, "lr_scheduler": sched}, local_optimizer_params=local)
+        rates = []
+        for t in range(7):
+            p.grad()[:] = 1.0
+            tr.step(1, ignore_stale_grad=True)
+            rates.append(tr.local_learning_rate)
+        tr.wait_all()
+        ref = mx.lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1)
+        want = [start * ref(t + 1) / 0.1 for t in range(7)]
+        np.testing.assert_allclose(rates, want, rtol=1e-6)
+        assert rates[-1] < start / 4
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "odsgd"])
+def test_a_new_batch_size_rescales_both_optimizers_in_one_process(alg):
+    """step(4) then step(8): the global update and the local one both use 1/8 from then on."""
+    import numpy as np
+    p, tr = _one_param(alg, opt={"learning_rate": 1.0})
+    p.grad()[:] = 8.0
+    tr.step(4, ignore_stale_grad=True)
+    tr.wait_all()
+    w1 = tr.kvstore.global_weights(0).asnumpy()
+    np.testing.assert_allclose(w1, -2.0)  # W -= 1.0 * 8 / 4
+    p.grad()[:] = 8.0
+    tr.step(8, ignore_stale_grad=True)
+    tr.wait_all()
+    np.testing.assert_allclose(tr.kvstore.global_weights(0).asnumpy(), -3.0)  # W -= 1.0 * 8 / 8
+    assert tr.kvstore._local_optimizer.rescale_grad == 1 / 8
+    if alg == "odsgd":  # x(2) = W(1) - 1.0 * 8 / 8 (the local step of step 1)
+        np.testing.assert_allclose(p.data().asnumpy(), -3.0)
