@@ -42,6 +42,7 @@ from .trace import Tracer
 
 CHECKPOINT_FORMAT = "cdsgd-mx checkpoint 2"  # 2: fused buckets (1 had one set of keys per parameter)
 KVSTORE_TYPES = ("dist_sync", "local")
+LAUNCH_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 
 
 class ConfigError(ValueError):
@@ -104,6 +105,13 @@ class CDSGD(KVStoreBase):
         self.threshold = float(threshold)
         self.bucket_size = int(bucket_size)
         self.schedule = Schedule(algorithm, self.warmup_steps, self.k)
+        if kvstore == "dist_sync":
+            missing = [v for v in LAUNCH_VARIABLES if not os.environ.get(v)]
+            if missing:  # MXNet would abort the process (Check notnull: DMLC_NUM_WORKER)
+                raise ConfigError("kvstore='dist_sync' runs in a job started by a launcher, but %s %s not set: start "
+                                  "it with `python -m cdsgd_mx.launch -n WORKERS -s SERVERS -- python SCRIPT`, or "
+                                  "pass kvstore='local' to train in this one process"
+                                  % (", ".join(missing), "is" if len(missing) == 1 else "are"))
         self._backend = DistBackend(kvstore) if kvstore == "dist_sync" else LocalBackend()
         self._type = "cdsgd_" + (kvstore or "local")
         self._local_name = local_optimizer

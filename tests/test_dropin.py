@@ -121,3 +121,16 @@ def test_a_new_batch_size_rescales_both_optimizers_in_one_process(alg):
     assert tr.kvstore._local_optimizer.rescale_grad == 1 / 8
     if alg == "odsgd":  # x(2) = W(1) - 1.0 * 8 / 8 (the local step of step 1)
         np.testing.assert_allclose(p.data().asnumpy(), -3.0)
+
+
+def test_dist_sync_without_a_launcher_gives_one_line_saying_how_to_launch():
+    """Run standalone, the default kvstore='dist_sync' died inside MXNet (Check notnull)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
+    code = ("import mxnet as mx, cdsgd_mx\n"
+            "params = mx.gluon.ParameterDict(); params.get('w', shape=(3,)); params.initialize()\n"
+            "try:\n    cdsgd_mx.Trainer(params, 'sgd', {'learning_rate': 0.1})\n"
+            "except cdsgd_mx.ConfigError as e:\n    print('ERROR', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ERROR kvstore='dist_sync' runs in a job started by a launcher, but DMLC_ROLE" in proc.stdout
+    assert "python -m cdsgd_mx.launch -n WORKERS -s SERVERS" in proc.stdout and "kvstore='local'" in proc.stdout
