@@ -45,9 +45,10 @@ def _registration(buckets, threshold, compressing):
 
 
 class DistBackend:
-    def __init__(self, name):
+    def __init__(self, store):
+        """store: 'dist_sync', or a dist_sync KVStore the script already made (one per process)."""
         _exit_on_uncaught_exception()
-        self.kv = mx.kv.create(name)
+        self.kv = mx.kv.create(store) if isinstance(store, str) else store
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))

@@ -52,6 +52,12 @@ class ConfigError(ValueError):
 NONFINITE_POLICIES = ("error", "skip")
 
 
+def _existing_dist_sync(kvstore):
+    """An MXNet dist_sync store the script made itself (e.g. for its rank before building its
+    data loaders): cdsgd wraps it, since a second dist kvstore in one process would hang."""
+    return isinstance(kvstore, mx.kvstore.KVStore) and kvstore.type == "dist_sync"
+
+
 def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error",
                  bucket_size=bucketing.DEFAULT_BUCKET_SIZE):
     if algorithm not in ALGORITHMS:
@@ -63,8 +69,9 @@ def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="erro
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
             or not np.isfinite(threshold) or threshold <= 0:
         raise ConfigError("threshold must be a finite number > 0, got %r" % (threshold,))
-    if kvstore is not None and kvstore not in KVSTORE_TYPES:
-        raise ConfigError("kvstore must be one of %s or None, got %r" % (", ".join(KVSTORE_TYPES), kvstore))
+    if kvstore is not None and not _existing_dist_sync(kvstore) and kvstore not in KVSTORE_TYPES:
+        raise ConfigError("kvstore must be one of %s, None or an existing mx.kv.create('dist_sync') store, got %r"
+                          % (", ".join(KVSTORE_TYPES), kvstore))
     if nonfinite not in NONFINITE_POLICIES:
         raise ConfigError("nonfinite must be one of %s, got %r" % (", ".join(NONFINITE_POLICIES), nonfinite))
     if isinstance(bucket_size, bool) or not isinstance(bucket_size, (int, np.integer)) or bucket_size < 1:
@@ -79,7 +86,8 @@ class CDSGD(KVStoreBase):
     k: k-step correction period of cdsgd: every k-th step after warm-up pushes fp32 (default 5)
     warmup_steps: steps of plain S-SGD first (default 0 here; the Trainer documents its own)
     threshold: 2-bit quantization threshold (default 0.5, MXNet's default)
-    kvstore: 'dist_sync' (the parameter server; default) or 'local' / None (one process)
+    kvstore: 'dist_sync' (the parameter server; default), an existing mx.kv.create('dist_sync')
+        store (wrapped: it must not have gradient compression set), or 'local' / None (one process)
     local_optimizer, local_optimizer_params: the optimizer of the local update (default plain
         'sgd' with the global learning rate; eq. 11 of the paper)
     trace: path of a chrome-trace JSON file written by save_trace() (None: no tracing)
@@ -105,15 +113,16 @@ class CDSGD(KVStoreBase):
         self.threshold = float(threshold)
         self.bucket_size = int(bucket_size)
         self.schedule = Schedule(algorithm, self.warmup_steps, self.k)
-        if kvstore == "dist_sync":
+        existing = _existing_dist_sync(kvstore)
+        if kvstore == "dist_sync" and not existing:
             missing = [v for v in LAUNCH_VARIABLES if not os.environ.get(v)]
             if missing:  # MXNet would abort the process (Check notnull: DMLC_NUM_WORKER)
                 raise ConfigError("kvstore='dist_sync' runs in a job started by a launcher, but %s %s not set: start "
                                   "it with `python -m cdsgd_mx.launch -n WORKERS -s SERVERS -- python SCRIPT`, or "
                                   "pass kvstore='local' to train in this one process"
                                   % (", ".join(missing), "is" if len(missing) == 1 else "are"))
-        self._backend = DistBackend(kvstore) if kvstore == "dist_sync" else LocalBackend()
-        self._type = "cdsgd_" + (kvstore or "local")
+        self._backend = DistBackend(kvstore) if existing or kvstore == "dist_sync" else LocalBackend()
+        self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._local_name = local_optimizer
         self._local_params = dict(local_optimizer_params or {})
         self._optimizer = None

@@ -44,7 +44,7 @@ class Trainer(gluon.Trainer):
             if p.dtype is not None and np.dtype(p.dtype) != np.float32:
                 raise ConfigError("parameter %s: dtype must be float32, got %s" % (p.name, np.dtype(p.dtype).name))
         self._cdsgd = CDSGD(algorithm=algorithm, k=k, warmup_steps=warmup_steps, threshold=threshold,
-                            kvstore=kvstore or "local", local_optimizer=local_optimizer,
+                            kvstore=kvstore if kvstore is not None else "local", local_optimizer=local_optimizer,
                             local_optimizer_params=local_optimizer_params, trace=trace,
                             nonfinite=nonfinite, bucket_size=bucket_size)
         self._cdsgd.driven_by_trainer = True

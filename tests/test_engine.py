@@ -58,6 +58,18 @@ def test_weights_match_numpy_simulation(tmp_path, alg, workers, servers):
                                        err_msg="forward weights x, param %d, rank %d" % (i, r))
 
 
+@pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
+def test_an_existing_dist_sync_store_is_wrapped(tmp_path, alg):
+    """cdsgd_mx.Trainer(kvstore=mx.kv.create('dist_sync')): the script's own store is used."""
+    got = launch(tmp_path, 2, 2, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP), "--k", str(K),
+                 "--threshold", str(T), "--config", json.dumps(dict(CFG, existing_store=True)))
+    xs, W = sim(alg, 2)
+    for r in range(2):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(got[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+
+
 def test_the_delay_is_real(tmp_path):
     """The simulation of odsgd differs from ssgd: the comparison above can tell them apart."""
     xs_od, W_od = sim("odsgd", 2)

@@ -89,8 +89,9 @@ def test_learning_rates_schedule_together():
     ({"threshold": -0.5}, "threshold must be a finite number > 0, got -0.5"),
     ({"threshold": float("nan")}, "threshold must be a finite number > 0, got nan"),
     ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0, got -1"),
-    ({"kvstore": "dist_async"}, "kvstore must be one of dist_sync, local or None, got 'dist_async'"),
-    ({"kvstore": "nccl"}, "kvstore must be one of dist_sync, local or None, got 'nccl'"),
+    ({"kvstore": "dist_async"}, "kvstore must be one of dist_sync, local, None or an existing mx.kv.create('dist_sync') store, got 'dist_async'"),
+    ({"kvstore": "nccl"}, "kvstore must be one of dist_sync, local, None or an existing mx.kv.create('dist_sync') store, got 'nccl'"),
+    ({"kvstore": "LOCALSTORE"}, "kvstore must be one of dist_sync, local, None or an existing mx.kv.create('dist_sync') store, got <mxnet.kvstore.kvstore.KVStore"),
     ({"compression_params": {"type": "2bit"}}, "compression_params: use algorithm="),
     ({"update_on_kvstore": False}, "update_on_kvstore must be True or None"),
 ])
@@ -98,6 +99,8 @@ def test_bad_arguments_give_one_clear_error(kwargs, message):
     params, _ = make_params()
     args = dict(kvstore="local")
     args.update(kwargs)
+    if args["kvstore"] == "LOCALSTORE":  # an existing store that is not dist_sync
+        args["kvstore"] = mx.kv.create("local")
     with pytest.raises(ConfigError) as err:
         cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, **args)
     assert message in str(err.value)

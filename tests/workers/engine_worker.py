@@ -87,7 +87,10 @@ def main():
         rank = trainer._kvstore.rank
     else:
         import cdsgd_mx
-        trainer = cdsgd_mx.Trainer(params, "sgd", opt_params, kvstore=cfg.get("kvstore", "dist_sync"),
+        store = cfg.get("kvstore", "dist_sync")
+        if cfg.get("existing_store"):  # as MXNet's cifar10_dist.py does, for its rank before its data loaders
+            store = mx.kv.create("dist_sync")
+        trainer = cdsgd_mx.Trainer(params, "sgd", opt_params, kvstore=store,
                                    algorithm=args.algorithm,
                                    k=args.k + int(os.environ.get("CDSGD_LAUNCH_INDEX", 0)) * cfg.get("k_by_index", 0),
                                    warmup_steps=args.warmup,
