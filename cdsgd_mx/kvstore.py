@@ -159,7 +159,11 @@ class CDSGD(KVStoreBase):
 
     @staticmethod
     def is_capable(capability):
-        return capability.lower() == KVStoreBase.OPTIMIZER
+        """'optimizer': yes (the global optimizer runs on the servers); anything else raises
+        ValueError, as MXNet's own stores do."""
+        if capability.lower() == KVStoreBase.OPTIMIZER:
+            return True
+        raise ValueError("Unknown capability: {}".format(capability))
 
     def set_optimizer(self, optimizer):
         """The global optimizer (runs on the servers); also builds the local optimizer with
