@@ -44,10 +44,14 @@ def _threads(threads):
 
 
 def _threshold(threshold):
-    if type(threshold) is float:
+    """Checked here, before any NDArray becomes a DLPack capsule: an error raised by the native
+    call while it holds one of MXNet's capsules surfaces as a SystemError, not the ValueError."""
+    if type(threshold) is float and 0.0 < threshold < 3.4e38:  # fast path: every step
         return threshold
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
         raise TypeError("threshold must be a number, got %r" % (threshold,))
+    if not (float(threshold) > 0 and np.isfinite(np.float32(threshold))):
+        raise ValueError("threshold must be a finite number > 0 (as float32), got %r" % (threshold,))
     return float(threshold)
 
 
@@ -67,14 +71,15 @@ def quantize(grad, residual, packed, threshold, threads=None):
     """residual += grad; write codes into packed; residual -= decoded codes.
 
     Returns the number of non-finite residual entries after the update (0 on healthy input)."""
-    return _native.quantize_2bit(_array(grad, False), _array(residual, True), _array(packed, True),
-                                 _threshold(threshold), _threads(threads))
+    t = _threshold(threshold)
+    return _native.quantize_2bit(_array(grad, False), _array(residual, True), _array(packed, True), t,
+                                 _threads(threads))
 
 
 def dequantize(packed, out, threshold, accumulate=False, threads=None):
     """out = decoded codes (+-threshold or 0), or out += decoded codes with accumulate=True."""
-    _native.dequantize_2bit(_array(packed, False), _array(out, True), _threshold(threshold),
-                            bool(accumulate), _threads(threads))
+    t = _threshold(threshold)
+    _native.dequantize_2bit(_array(packed, False), _array(out, True), t, bool(accumulate), _threads(threads))
 
 
 def wire_encode(packed, wire, threads=None):
@@ -93,9 +98,8 @@ def decode_sum(wire, out, threshold, threads=None):
     """The server's decode of a bucket: out = sum over the rows of wire ([rows, ceil(n/16)]
     floats, one row per worker) of their decoded codes, in one call. Raises ValueError on a
     corrupt payload. CPU only."""
-    rows = wire.shape[0] if wire.ndim == 2 else 1
-    bad = _native.decode_sum(_array(wire, False), rows, _array(out, True), _threshold(threshold),
-                             _threads(threads))
+    t, rows = _threshold(threshold), (wire.shape[0] if wire.ndim == 2 else 1)
+    bad = _native.decode_sum(_array(wire, False), rows, _array(out, True), t, _threads(threads))
     if bad:
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
 

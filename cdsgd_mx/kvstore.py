@@ -67,8 +67,8 @@ def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="erro
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
         raise ConfigError("warmup_steps must be an integer >= 0, got %r" % (warmup_steps,))
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
-            or not np.isfinite(threshold) or threshold <= 0:
-        raise ConfigError("threshold must be a finite number > 0, got %r" % (threshold,))
+            or not np.isfinite(threshold) or threshold <= 0 or not np.isfinite(np.float32(threshold)):
+        raise ConfigError("threshold must be a finite number > 0 (as float32), got %r" % (threshold,))
     if kvstore is not None and not _existing_dist_sync(kvstore) and kvstore not in KVSTORE_TYPES:
         raise ConfigError("kvstore must be one of %s, None or an existing mx.kv.create('dist_sync') store, got %r"
                           % (", ".join(KVSTORE_TYPES), kvstore))

@@ -1,7 +1,9 @@
-"""Start a parameter-server job on this machine: scheduler, servers and workers.
+"""Start a parameter-server job: scheduler, servers and workers, on this machine or over ssh.
 
     python -m cdsgd_mx.launch -n WORKERS -s SERVERS [--bandwidth RATE] [--latency MS]
-        [--timeout SEC] [--host ADDR] [--port PORT] -- COMMAND...
+        [--timeout SEC] [--host ADDR] [--port PORT] [--env NAME=VALUE ...] -- COMMAND...
+    python -m cdsgd_mx.launch -n WORKERS -s SERVERS -H HOSTFILE [--ssh-port P] [--host ADDR]
+        [--env NAME=VALUE ...] -- COMMAND...
 
 Every line a process prints is prefixed with its role and launch index ("worker 1 | ...";
 MXNet assigns worker ranks itself, in connection order, so a worker's rank can differ from its
@@ -11,7 +13,13 @@ or the timeout passes, and kills every process it started on exit, timeout or Ct
 --bandwidth / --latency run the whole job in a private network namespace whose loopback is
 shaped with tc (needs root or user namespaces): one shared link, which models a parameter
 server's NIC. Everything binds to loopback (127.0.0.1) unless --host says otherwise.
-For a real cluster use MXNet's tools/launch.py (ssh); see docs/usage.md.
+
+-H HOSTFILE (one host per line, `#` comments): a real cluster. The scheduler runs here (at
+--host, default this machine's address); servers, then workers, go round the hosts over ssh
+(`ssh -o BatchMode=yes [-p P] HOST`), each running in this working directory with this Python
+(install cdsgd-mx and the script at the same paths on every host, or share the file system).
+The servers run the project's server, not MXNet's. The same failure behaviour as here: one node
+fails, the whole job stops; a node whose ssh connection ends stops its command (cdsgd_mx._node).
 """
 import argparse
 import os
@@ -53,9 +61,12 @@ class Job:
         self.lock = threading.Lock()
         self.first_failure = None
 
-    def start(self, label, cmd, env):
+    def start(self, label, cmd, env, keep_stdin=False):
+        """keep_stdin: an open pipe the node never reads to its end (over ssh, its _node
+        wrapper stops the command when the connection, and so that pipe, closes)."""
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.PIPE if keep_stdin else subprocess.DEVNULL,
+                                start_new_session=True)
         self.procs.append((label, proc))
         pump = threading.Thread(target=self._pump, args=(label, proc), daemon=True)
         pump.start()
@@ -96,17 +107,42 @@ class Job:
             t.join(timeout=1.0)
 
 
+def read_hostfile(path):
+    try:
+        with open(path) as f:
+            hosts = [l.split("#")[0].strip() for l in f]
+    except OSError as e:
+        sys.exit("launch: -H/--hostfile: cannot read %s: %s" % (path, e.strerror))
+    hosts = [h for h in hosts if h]
+    if not hosts:
+        sys.exit("launch: -H/--hostfile: %s lists no host" % path)
+    return hosts
+
+
+def ssh_command(args, host, env, cmd):
+    """ssh argv that runs cmd on host, in this directory, under the _node wrapper, with env."""
+    remote = "cd %s && exec env %s %s -m cdsgd_mx._node -- %s" % (
+        shlex.quote(os.getcwd()), " ".join(shlex.quote("%s=%s" % kv) for kv in sorted(env.items())),
+        shlex.quote(sys.executable), " ".join(shlex.quote(c) for c in cmd))
+    port = ["-p", str(args.ssh_port)] if args.ssh_port else []
+    return ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"] + port + [host, remote]
+
+
 def run_job(args):
-    host = args.host
+    hosts = read_hostfile(args.hostfile) if args.hostfile else None
+    host = args.host or (socket.gethostbyname(socket.gethostname()) if hosts else "127.0.0.1")
     port = args.port or free_port(host)
-    base = dict(os.environ)
-    base.update({
+    shared = {  # what every node gets, here or over ssh
         "DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": str(port),
         "DMLC_NUM_SERVER": str(args.num_servers), "DMLC_NUM_WORKER": str(args.num_workers),
-        "DMLC_NODE_HOST": host, "PYTHONUNBUFFERED": "1",
-    })
-    if host.startswith("127.") or host == "localhost":
-        base.setdefault("DMLC_INTERFACE", "lo")
+        "PYTHONUNBUFFERED": "1",
+    }
+    if not hosts:
+        shared["DMLC_NODE_HOST"] = host
+        if (host.startswith("127.") or host == "localhost") and "DMLC_INTERFACE" not in os.environ:
+            shared["DMLC_INTERFACE"] = "lo"
+    shared.update(args.env)
+    base = dict(os.environ, **shared)
     job = Job()
     workers = []
     py = sys.executable
@@ -115,17 +151,28 @@ def run_job(args):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    placed = [0]
+
+    def start(label, cmd, env):
+        """Here, or over ssh on the next host (servers first, then workers, round the hosts)."""
+        if not hosts:
+            job.start(label, cmd, dict(base, **env))
+            return
+        remote = dict(shared, **env)
+        job.start(label + " @" + hosts[placed[0] % len(hosts)],
+                  ssh_command(args, hosts[placed[0] % len(hosts)], remote, cmd), dict(os.environ), keep_stdin=True)
+        placed[0] += 1
+
     try:
-        node = [py, "-m", "cdsgd_mx.server"] + (["--stock"] if args.stock_server else [])
-        job.start("scheduler", node, dict(base, DMLC_ROLE="scheduler"))
+        node = ["-m", "cdsgd_mx.server"] + (["--stock"] if args.stock_server else [])
+        job.start("scheduler", [py] + node, dict(base, DMLC_ROLE="scheduler"))
         for i in range(args.num_servers):
-            job.start("server %d" % i, node, dict(base, DMLC_ROLE="server", CDSGD_LAUNCH_INDEX=str(i)))
-        worker_env = dict(base, DMLC_ROLE="worker")
+            start("server %d" % i, [py] + node, {"DMLC_ROLE": "server", "CDSGD_LAUNCH_INDEX": str(i)})
         # MXNet runs push/pull on the same CPU worker threads as compute (default: one), so a
         # single thread would queue the communication of step t behind forward/backward of t+1
-        worker_env.setdefault("MXNET_CPU_WORKER_NTHREADS", "2")
+        threads = {"MXNET_CPU_WORKER_NTHREADS": base.get("MXNET_CPU_WORKER_NTHREADS", "2")}
         for i in range(args.num_workers):
-            job.start("worker %d" % i, args.command, dict(worker_env, CDSGD_LAUNCH_INDEX=str(i)))
+            start("worker %d" % i, args.command, dict(threads, DMLC_ROLE="worker", CDSGD_LAUNCH_INDEX=str(i)))
             workers.append(job.procs[-1])
         deadline = time.time() + args.timeout if args.timeout else None
         while True:
@@ -198,7 +245,12 @@ def parse(argv):
     ap.add_argument("--bandwidth", help="shape loopback to RATE, tc syntax: 100mbit, 1gbit, 10gbit")
     ap.add_argument("--latency", type=float, help="add MS milliseconds of delay on loopback")
     ap.add_argument("--timeout", type=float, default=0, help="kill the job after SEC seconds (0: none)")
-    ap.add_argument("--host", default="127.0.0.1", help="address the job binds to (default %(default)s)")
+    ap.add_argument("--host", default=None,
+                    help="the scheduler's address (default 127.0.0.1; with -H, this machine's address)")
+    ap.add_argument("-H", "--hostfile", help="run servers and workers over ssh on these hosts (one per line)")
+    ap.add_argument("--ssh-port", type=int, default=None, help="ssh port of the hosts (default: ssh's own)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set NAME=VALUE for every process of the job (repeatable)")
     ap.add_argument("--port", type=int, default=0, help="scheduler port (default: a free one)")
     ap.add_argument("--stock-server", action="store_true",
                     help="run MXNet's unmodified server (no cdsgd payload decoding): for comparisons")
@@ -218,6 +270,17 @@ def parse(argv):
         ap.error("--latency must be >= 0 milliseconds, got %r" % args.latency)
     if args.timeout < 0:
         ap.error("--timeout must be >= 0 seconds, got %r" % args.timeout)
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            ap.error("--env must be NAME=VALUE with NAME a variable name, got %r" % item)
+        env[name] = value
+    args.env = env
+    if args.hostfile and (args.bandwidth or args.latency):
+        ap.error("--bandwidth/--latency shape this machine's loopback: not with -H/--hostfile")
+    if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
+        ap.error("--ssh-port must be a port number 1-65535, got %r" % args.ssh_port)
     return args
 
 

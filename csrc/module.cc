@@ -4,6 +4,7 @@
 // main thread trains.
 #include <pybind11/pybind11.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -152,7 +153,7 @@ void check_no_overlap(const char* a, const View& va, int64_t bytes_a, const char
 }
 
 void check_threshold(float t) {
-  if (!(t > 0.0f) || t > 3.4e38f)
+  if (!(t > 0.0f) || !std::isfinite(t))
     throw py::value_error("threshold must be a finite number > 0, got " + std::to_string(t));
 }
 

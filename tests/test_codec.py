@@ -349,3 +349,19 @@ def test_decode_sum_rejects_a_corrupt_row_and_a_wrong_size():
         codec.decode_sum(wire, np.zeros(n, np.float32), 0.5)
     with pytest.raises(ValueError, match="wire has 14 elements"):
         codec.decode_sum(wire, np.zeros(n + 16, np.float32), 0.5)
+
+
+@pytest.mark.parametrize("threshold", [3.4000000535564126e+38, 1e39, 0.0])
+def test_a_bad_threshold_with_an_ndarray_is_a_value_error(threshold):
+    """Checked before MXNet's DLPack capsule exists: raised from the native call while holding
+    it, the error came out as 'SystemError: error return without exception set'."""
+    mx = pytest.importorskip("mxnet")
+    grad = mx.nd.ones((8,))[0:8]
+    if threshold == 3.4000000535564126e+38:  # finite as float32: accepted, codes all zero
+        packed = np.zeros(1, np.uint32)
+        assert codec.quantize(grad, np.zeros(8, np.float32), packed, threshold) == 0 and packed[0] == 0
+        return
+    with pytest.raises(ValueError, match="threshold must be a finite number > 0"):
+        codec.quantize(grad, np.zeros(8, np.float32), np.zeros(1, np.uint32), threshold)
+    with pytest.raises(ValueError, match="threshold must be a finite number > 0"):
+        codec.dequantize(np.zeros(1, np.uint32), mx.nd.zeros((8,)), threshold)

@@ -119,7 +119,8 @@ def _valid(algorithm, k, warmup_steps, threshold, kvstore):
     return (algorithm in ("ssgd", "bitsgd", "odsgd", "cdsgd") and isinstance(k, int) and not isinstance(k, bool)
             and k >= 1 and isinstance(warmup_steps, int) and not isinstance(warmup_steps, bool)
             and warmup_steps >= 0 and isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
-            and math.isfinite(threshold) and threshold > 0 and kvstore in ("local", None))
+            and math.isfinite(threshold) and threshold > 0 and np.isfinite(np.float32(threshold))
+            and kvstore in ("local", None))
 
 
 @settings(max_examples=80, deadline=None)
