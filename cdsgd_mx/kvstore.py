@@ -279,7 +279,7 @@ class CDSGD(KVStoreBase):
                  "comm_buf": bset.comm_buf.asnumpy(),
                  "residual": None if bset.residual is None else bset.residual.copy()} for bset in self._sets]
         self._backend.command({"op": "save", "path": os.path.abspath(fname)})
-        worker = {"config": self._config(), "params": params, "sets": sets,
+        worker = {"config": self._config(), "params": params, "sets": sets, "steps": (self._calls, self._updates),
                   "local": self._local_updater.get_states(dump_optimizer=True) if self._local_updater else None}
         _write_atomic("%s.worker%d" % (fname, self.rank), pickle.dumps(worker))
         if self.rank == 0:
@@ -302,7 +302,7 @@ class CDSGD(KVStoreBase):
         try:
             with open(path, "rb") as f:
                 worker = pickle.load(f)
-            params, sets = worker["params"], worker["sets"]
+            params, sets, steps = worker["params"], worker["sets"], worker["steps"]
         except (OSError, EOFError, KeyError, ValueError, pickle.UnpicklingError) as e:
             raise ValueError("checkpoint %s (or %s) is missing, corrupted or truncated: %s" % (fname, path, e)) from e
         mismatch = {k: (v, config.get(k)) for k, v in self._config().items() if config.get(k) != v}
@@ -324,6 +324,7 @@ class CDSGD(KVStoreBase):
             for b in bset.buckets:
                 weights[b.weight_key] = mx.nd.array(flat[b.offset:b.offset + b.size])
         self._backend.assign(weights)
+        self._calls, self._updates = steps  # the local rate's schedule goes on where it was
         for bset, saved in zip(self._sets, sets):
             bset.t = saved["t"]
             bset.comm_buf[:] = saved["comm_buf"]

@@ -134,3 +134,32 @@ def test_dist_sync_without_a_launcher_gives_one_line_saying_how_to_launch():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ERROR kvstore='dist_sync' runs in a job started by a launcher, but DMLC_ROLE" in proc.stdout
     assert "python -m cdsgd_mx.launch -n WORKERS -s SERVERS" in proc.stdout and "kvstore='local'" in proc.stdout
+
+
+def test_the_local_rate_schedule_resumes_where_it_was(tmp_path):
+    import mxnet as mx
+    import numpy as np
+
+    def trainer():
+        sched = mx.lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1)
+        return _one_param("cdsgd", opt={"learning_rate": 0.1, "lr_scheduler": sched}, k=2)
+
+    def run(p, tr, steps):
+        rates = []
+        for _ in range(steps):
+            p.grad()[:] = 1.0
+            tr.step(1, ignore_stale_grad=True)
+            rates.append(tr.local_learning_rate)
+        tr.wait_all()
+        return rates
+
+    p, tr = trainer()
+    whole = run(p, tr, 7)
+    p, tr = trainer()
+    first = run(p, tr, 3)
+    tr.save_states(str(tmp_path / "s"))
+    x = p.data().asnumpy()
+    p, tr = trainer()
+    p.set_data(mx.nd.array(x))
+    tr.load_states(str(tmp_path / "s"))
+    np.testing.assert_allclose(first + run(p, tr, 4), whole, rtol=1e-6)
