@@ -60,7 +60,6 @@ class ServerState:
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
         self.to_register = set()  # weight keys whose next update only records the weight
-        self._cut = {}            # (weight key, role) -> (data address, views of that array)
         self._decoded = {}        # payload key -> the decoded sum of the workers' codes
         self._momentum = {}       # weight key -> SGD's flat momentum (per-parameter states are its views)
 
@@ -157,19 +156,11 @@ class ServerState:
             raise ValueError("server checkpoint %s is missing, corrupted or truncated: %s" % (path, e)) from e
 
     def _views(self, wk, arr, role, ranges):
-        """arr (a bucket's flat weight, gradient or momentum) cut at `ranges`, reused while the
-        array's memory stays the same (MXNet hands over the same stored weight and, for a key,
-        the same merge buffer every round); one entry per key and role."""
-        import ctypes
-        from mxnet.base import _LIB, check_call
-        ptr = ctypes.c_void_p()
-        check_call(_LIB.MXNDArrayGetData(arr.handle, ctypes.byref(ptr)))
-        cached = self._cut.get((wk, role))
-        if cached is None or cached[0] != ptr.value:
-            flat = arr.reshape((-1,))
-            cached = (ptr.value, [flat[b:e] for b, e in ranges])
-            self._cut[(wk, role)] = cached
-        return cached[1]
+        """arr (a bucket's flat weight, gradient or momentum) cut at `ranges`: made anew on every
+        call (a few slices per run; a cache keyed by the array's address was suspected in a
+        rare corrupted first update and removed)."""
+        flat = arr.reshape((-1,))
+        return [flat[b:e] for b, e in ranges]
 
     def _slot_ranges(self, wk, size):
         return [(b, e) for _, b, e in self.slots.get(wk) or [(wk, 0, size)]]
