@@ -33,7 +33,6 @@ import traceback
 COMMAND_PREFIX = "cdsgd:"
 CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
 EXIT_SERVER_ERROR = 70
-MULTI_TENSOR_MAX = 60  # most tensors MXNet 1.9.1's multi_sgd_* kernels take in one call (61 crash)
 
 
 def die(context):
@@ -66,8 +65,6 @@ class ServerState:
     # -- configuration ------------------------------------------------------------------
     def set_optimizer(self, optimizer):
         import mxnet as mx
-        if getattr(optimizer, "aggregate_num", 0) > 0:
-            optimizer.aggregate_num = MULTI_TENSOR_MAX  # a bucket's parameters in few calls
         self._momentum = {}
         self.optimizer = optimizer
         self.updater = mx.optimizer.get_updater(optimizer)
@@ -155,7 +152,8 @@ class ServerState:
         except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as e:
             raise ValueError("server checkpoint %s is missing, corrupted or truncated: %s" % (path, e)) from e
 
-    def _views(self, wk, arr, role, ranges):
+    @staticmethod
+    def _views(arr, ranges):
         """arr (a bucket's flat weight, gradient or momentum) cut at `ranges`: made anew on every
         call (a few slices per run; a cache keyed by the array's address was suspected in a
         rare corrupted first update and removed)."""
@@ -191,14 +189,14 @@ class ServerState:
         ids = [i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]]
         if type(opt) is not SGD or weight.dtype != grad.dtype:
             slots = self._slot_ranges(wk, weight.size)
-            self.updater(ids, self._views(wk, grad, "grad", slots), self._views(wk, weight, "weight", slots))
+            self.updater(ids, self._views(grad, slots), self._views(weight, slots))
             weight.wait_to_read()
             return
         opt._update_count(ids)  # what SGD's own update does first, for every parameter
         runs = self._runs(wk, weight.size)
         ranges = [(b, e) for _, b, e in runs]
-        weights, grads = self._views(wk, weight, "run weight", ranges), self._views(wk, grad, "run grad", ranges)
-        moms = self._views(wk, self._flat_momentum(wk, weight), "run momentum", ranges) if opt.momentum > 0 else None
+        weights, grads = self._views(weight, ranges), self._views(grad, ranges)
+        moms = self._views(self._flat_momentum(wk, weight), ranges) if opt.momentum > 0 else None
         for r, (first, _, _) in enumerate(runs):
             kwargs = {"rescale_grad": opt.rescale_grad, "lr": opt._get_lrs([first])[0], "wd": opt._get_wds([first])[0]}
             if opt.clip_gradient:
@@ -217,7 +215,7 @@ class ServerState:
             from mxnet import ndarray as nd
             flat = nd.zeros((weight.size,), ctx=weight.context)
             slots = self.slots.get(wk) or [(wk, 0, weight.size)]
-            for (i, _, _), view in zip(slots, self._views(wk, flat, "momentum", self._slot_ranges(wk, weight.size))):
+            for (i, _, _), view in zip(slots, self._views(flat, self._slot_ranges(wk, weight.size))):
                 if self.updater.states.get(i) is not None:
                     view[:] = self.updater.states[i].reshape((-1,))
                 self.updater.states[i] = view
