@@ -75,3 +75,40 @@ def test_payload_update_waits_and_applies_the_decoded_sum(waited):
     s(9, grad, mx.nd.zeros((2, m)))
     assert grad.handle.value in waited
     np.testing.assert_allclose(weight.asnumpy(), 1 - 0.5 * 2 * t)
+
+
+def test_first_momentum_update_is_exact_with_recycled_memory():
+    """The first SGD-with-momentum update of a bucket creates its flat momentum. Reading an
+    array's data pointer before the engine has allocated it (MXNDArrayGetData, as a removed
+    view cache did) races with the allocation: the momentum then sat in recycled memory
+    (NaN here, stale values in general), a rare non-finite or wrong W(1). Memory is recycled
+    from NaN-filled arrays so that such a race shows as NaN; 300 fresh servers, exact (the race is narrow: this
+    catches it only sometimes; the next test keeps its cause out)."""
+    rng = np.random.RandomState(0)
+    n = 742
+    w0, g0 = rng.rand(n).astype(np.float32), rng.rand(n).astype(np.float32)
+    expected = w0 - np.float32(0.5) * g0  # momentum 0.9 on a zero state: the plain SGD step
+    for trial in range(300):
+        junk = [mx.nd.full((n,), np.nan) for _ in range(3)]
+        mx.nd.waitall()
+        del junk
+        s = ServerState()
+        s.set_optimizer(mx.optimizer.SGD(learning_rate=0.5, momentum=0.9))
+        s.command('{"op": "register", "payloads": {}, "weights": [], '
+                  '"slots": {"9": [[0, 0, 300, 1.0, 1.0], [1, 300, %d, 1.0, 1.0]]}}' % n)
+        weight, grad = mx.nd.array(w0), mx.nd.array(g0)
+        s(9, grad, weight)
+        np.testing.assert_allclose(weight.asnumpy(), expected, rtol=1e-6, err_msg="trial %d" % trial)
+
+
+def test_no_code_reads_a_data_pointer_behind_the_engine():
+    """MXNDArrayGetData calls NDArray::data(), which allocates a delay-allocated array on the
+    calling thread while the engine thread may be allocating it too (no lock in MXNet 1.9.1's
+    Chunk::CheckAndAlloc): the op's output then lands in memory the array no longer owns.
+    Native code gets arrays through DLPack after wait_to_read / wait_to_write (codec._array)."""
+    from pathlib import Path
+    import cdsgd_mx
+    root = Path(cdsgd_mx.__file__).parent
+    offenders = [str(f.relative_to(root)) for f in sorted(root.rglob("*.py"))
+                 if "MXNDArrayGetData" in f.read_text() or "MXNDArrayGetDataNDArray" in f.read_text()]
+    assert offenders == [], offenders
