@@ -46,6 +46,18 @@ def describe_exit(code):
     return "code %s" % code
 
 
+def port_taken(host, port):
+    """Whether another process listens on host:port (ps-lite would fail with a bare 'bind
+    failed' that names no port). SO_REUSEADDR as ZeroMQ sets it, so TIME_WAIT does not count."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def free_port(host):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -131,6 +143,9 @@ def ssh_command(args, host, env, cmd):
 def run_job(args):
     hosts = read_hostfile(args.hostfile) if args.hostfile else None
     host = args.host or (socket.gethostbyname(socket.gethostname()) if hosts else "127.0.0.1")
+    if args.port and not hosts and port_taken(host, args.port):
+        sys.exit("cdsgd_mx.launch: --port %d is taken on %s (another job?): pick another, or leave --port "
+                 "out for a free one" % (args.port, host))
     port = args.port or free_port(host)
     shared = {  # what every node gets, here or over ssh
         "DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": str(port),

@@ -17,7 +17,7 @@ class Tracer:
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
         self._tids = {}
-        self._watch = None  # (queue, thread) that waits for asynchronous transfers to end
+        self._watch = {}  # lane -> queue of a thread that waits for asynchronous work to end
 
     @property
     def enabled(self):
@@ -50,17 +50,20 @@ class Tracer:
         finally:
             self.add(name, start, self.now_us(), **args)
 
-    def watch(self, name, array, start_us, **args):
+    def watch(self, name, array, start_us, lane="transfers", **args):
         """Record a span that ends when the engine finishes writing `array` (a pull), without
-        blocking the caller: a watcher thread waits for it."""
+        blocking the caller: a watcher thread per lane waits for it (lanes keep the end of one
+        kind of work from waiting behind another's)."""
         if not self.enabled:
             return
-        if self._watch is None:
+        # a one-value copy read after the writes issued so far: waiting on it is not held up
+        # by writes issued later (the next step's comm_buf = g), as waiting on array would be
+        array = array.reshape((-1,))[0:1].copy()
+        if lane not in self._watch:
             q = queue.Queue()
-            t = threading.Thread(target=self._watcher, args=(q,), name="cdsgd-comm", daemon=True)
-            t.start()
-            self._watch = (q, t)
-        self._watch[0].put((name, array, start_us, args))
+            threading.Thread(target=self._watcher, args=(q,), name="cdsgd-" + lane, daemon=True).start()
+            self._watch[lane] = q
+        self._watch[lane].put((name, array, start_us, args))
 
     def _watcher(self, q):
         while True:

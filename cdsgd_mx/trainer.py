@@ -15,7 +15,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from .buckets import DEFAULT_BUCKET_SIZE
-from .kvstore import CDSGD, ConfigError, check_config
+from .kvstore import CDSGD, ConfigError, check_config, check_learning_rate
 
 DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few hundred at most
 
@@ -33,6 +33,9 @@ class Trainer(gluon.Trainer):
                  local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None,
                  nonfinite="error", bucket_size=DEFAULT_BUCKET_SIZE):
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size)
+        for name, given in (("optimizer_params", optimizer_params), ("local_optimizer_params", local_optimizer_params)):
+            if isinstance(given, dict) and "learning_rate" in given:
+                check_learning_rate(name + "['learning_rate']", given["learning_rate"])
         if compression_params:
             raise ConfigError("compression_params: use algorithm='bitsgd' or 'cdsgd' and threshold= instead")
         if update_on_kvstore is False:
@@ -50,6 +53,7 @@ class Trainer(gluon.Trainer):
         self._cdsgd.driven_by_trainer = True
         self._cdsgd.param_names = [p.name for p in plist]
         super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=True)
+        check_learning_rate("the optimizer's learning_rate", self._optimizer.learning_rate)
         self._steps = 0
 
     # -- what the algorithm adds ------------------------------------------------------------
@@ -111,6 +115,9 @@ class Trainer(gluon.Trainer):
     def set_learning_rate(self, lr, local_lr=None):
         """Global learning rate (on the servers too) and the local one: local_lr, or scaled
         by the same factor, so one schedule drives both."""
+        check_learning_rate("lr", lr)
+        if local_lr is not None:
+            check_learning_rate("local_lr", local_lr)
         if not self._kv_initialized:
             # before the first step nothing is on the servers yet: set_optimizer will carry it
             ratio = lr / self._optimizer.learning_rate if self._optimizer.learning_rate else 1.0

@@ -20,11 +20,14 @@ def delayed(alg, t, n):
     return alg in ("odsgd", "cdsgd") and t >= n - 1
 
 
-def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch, poisoned=()):
+def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch, poisoned=(),
+             wd=0.0, mults=None):
     """init: list of arrays; grad_fn(x, rank, s, index) for data step s. Returns (x per rank, W)
     per parameter. poisoned: (rank, s) pairs where that worker's gradient is non-finite under
     nonfinite='skip': data step s is dropped on every worker, as if its batch never came (no
-    push, no local or global update, residuals and the schedule's step counter unchanged)."""
+    push, no local or global update, residuals and the schedule's step counter unchanged).
+    wd, mults {index: (lr_mult, wd_mult)}: the global optimizer's weight decay and gluon's
+    per-parameter multipliers (ssgd only here)."""
     f32 = np.float32
     rescale = f32(1.0 / batch)
     lr_rescale, local_rescale = f32(lr) * rescale, f32(local_lr) * rescale
@@ -51,8 +54,14 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
                     total += g
             total = total.reshape(W[i].shape)
             W_t = W[i]
-            # float32, in the order of MXNet's sgd_mom_update (wd = 0) and sgd_update kernels
-            mom[i] = f32(momentum) * mom[i] - lr_rescale * total
+            # float32, in the order of MXNet's sgd_mom_update kernel: the multiplied rate and
+            # decay reach it as float32 parameters
+            lr_mult, wd_mult = (mults or {}).get(i, (1.0, 1.0))
+            lr_i, wd_i = f32(lr * lr_mult), f32(wd * wd_mult)
+            if mults or wd:
+                mom[i] = f32(momentum) * mom[i] - lr_i * wd_i * W_t - lr_i * rescale * total
+            else:
+                mom[i] = f32(momentum) * mom[i] - lr_rescale * total
             W_next = W_t + mom[i]
             for r in range(workers):
                 if delayed(alg, t, n):

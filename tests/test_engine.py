@@ -89,18 +89,36 @@ def test_ssgd_equals_stock_gluon_trainer(tmp_path):
 
 def test_ssgd_honours_per_parameter_multipliers_like_stock_gluon(tmp_path):
     """lr_mult 2 on one weight, wd_mult 3 on another, wd_mult 0 on a bias: stock gluon honours
-    them when the workers update (update_on_kvstore=False); so must our servers."""
-    cfg = json.dumps(dict(CFG, mults=True, wd=0.05))
+    them when the workers update (update_on_kvstore=False); so must our servers.
+
+    The reference is the simulation with gluon's multipliers, checked against stock gluon
+    itself: stock MXNet 1.9.1 is not deterministic here (in about 3 of 8 runs its workers end
+    with another (1,) parameter, sometimes different on each worker), so stock is run until
+    one run agrees with the simulation, at most 5 times."""
+    wd, mults = 0.05, {1: (2.0, 1.0), 2: (1.0, 3.0), 3: (1.0, 0.0)}  # what engine_worker sets
+    cfg = json.dumps(dict(CFG, mults=True, wd=wd))
+    init = [init_value(i, s) for i, s in enumerate(SHAPES)]
+    xs, W = simulate("ssgd", 2, 6, 0, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
+                     CFG["batch"], wd=wd, mults=mults)
+    _, W_plain = simulate("ssgd", 2, 6, 0, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
+                          CFG["batch"], wd=wd, mults={})
+
+    def agrees(run):
+        return all(np.allclose(run[r][name % i], ref[i], rtol=1e-6, atol=1e-6)
+                   for r, name, ref in ((0, "w%d", W), (1, "x%d", xs[1])) for i in range(len(SHAPES)))
+    stock_runs = [launch(tmp_path / ("stock%d" % n), 2, 2, "--mode", "stock_local", "--steps", "6", "--config", cfg,
+                         stock_server=True) for n in range(1)]
+    while not agrees(stock_runs[-1]) and len(stock_runs) < 5:
+        stock_runs.append(launch(tmp_path / ("stock%d" % len(stock_runs)), 2, 2, "--mode", "stock_local", "--steps",
+                                 "6", "--config", cfg, stock_server=True))
+    assert agrees(stock_runs[-1]), "stock gluon never agreed with the simulation of its multipliers"
     ours = launch(tmp_path / "ours", 2, 2, "--algorithm", "ssgd", "--steps", "6", "--warmup", "0", "--config", cfg)
-    stock = launch(tmp_path / "stock", 2, 2, "--mode", "stock_local", "--steps", "6", "--config", cfg,
-                   stock_server=True)
-    plain = launch(tmp_path / "plain", 2, 2, "--algorithm", "ssgd", "--steps", "6", "--warmup", "0",
-                   "--config", json.dumps(dict(CFG, wd=0.05)))
     for i in range(len(SHAPES)):
-        np.testing.assert_allclose(ours[0]["w%d" % i], stock[0]["w%d" % i], rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(ours[1]["x%d" % i], stock[1]["x%d" % i], rtol=1e-6, atol=1e-6)
+        for r in range(2):
+            np.testing.assert_allclose(ours[r]["w%d" % i], W[i], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(ours[r]["x%d" % i], xs[r][i], rtol=1e-6, atol=1e-6)
         if i != 0:  # p0 has no multiplier: the others must differ from a run without them
-            assert not np.allclose(plain[0]["w%d" % i], stock[0]["w%d" % i], atol=1e-4)
+            assert not np.allclose(W_plain[i], W[i], atol=1e-4)
 
 
 def test_bitsgd_equals_mxnet_2bit_compression(tmp_path):

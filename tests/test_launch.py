@@ -65,6 +65,19 @@ def test_bad_arguments(args, message):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_taken_port_is_named_before_anything_starts():
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:  # another job's scheduler
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        start = time.time()
+        proc = run(["-n", "1", "-s", "1", "--port", str(port), "--"] + worker_code("print('ran')"), timeout=30)
+    assert proc.returncode != 0 and "ran" not in proc.stdout
+    assert "--port %d is taken on 127.0.0.1" % port in proc.stderr
+    assert "Traceback" not in proc.stderr and time.time() - start < 10
+
+
 def _netns_allowed():
     import shutil
     if not all(shutil.which(t) for t in ("unshare", "ip", "tc")):

@@ -157,3 +157,33 @@ def test_non_finite_skip_in_one_process_leaves_weights_and_schedule_alone(alg):
     assert sorted(tr.kvstore.bytes_by_step) == [0, 1]  # the schedule's step 1 is the third call
     assert all(np.all(np.isfinite(p.data().asnumpy())) for p in plist)
     assert not np.array_equal(plist[0].data().asnumpy(), before[0])
+
+
+@pytest.mark.parametrize("opt_params,local_params,message", [
+    ({"learning_rate": float("nan")}, None, "optimizer_params['learning_rate'] must be a finite number >= 0, got nan"),
+    ({"learning_rate": -0.1}, None, "optimizer_params['learning_rate'] must be a finite number >= 0, got -0.1"),
+    ({"learning_rate": 0.1}, {"learning_rate": float("inf")}, "local_optimizer_params['learning_rate'] must be a finite"),
+])
+def test_bad_learning_rates_are_refused_when_the_trainer_is_built(opt_params, local_params, message):
+    params, _ = make_params()
+    with pytest.raises(ConfigError) as err:
+        cdsgd_mx.Trainer(params, "sgd", opt_params, kvstore="local", local_optimizer_params=local_params)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_optimizer_object_with_a_nan_rate_and_set_learning_rate_are_checked():
+    params, _ = make_params()
+    with pytest.raises(ConfigError, match="the optimizer's learning_rate must be a finite number >= 0, got nan"):
+        cdsgd_mx.Trainer(params, mx.optimizer.SGD(learning_rate=float("nan")), kvstore="local")
+    tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local")
+    with pytest.raises(ConfigError, match="local_lr must be a finite number >= 0, got nan"):
+        tr.set_learning_rate(0.2, local_lr=float("nan"))
+    assert tr.learning_rate == 0.1  # nothing changed
+
+
+@pytest.mark.parametrize("bound", ["0", "-5", "lots"])
+def test_a_bad_bigarray_bound_is_refused(monkeypatch, bound):
+    monkeypatch.setenv("MXNET_KVSTORE_BIGARRAY_BOUND", bound)
+    params, _ = make_params()
+    with pytest.raises(ConfigError, match="MXNET_KVSTORE_BIGARRAY_BOUND must be an integer > 0 .elements., got '%s'" % bound):
+        cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local")
