@@ -52,10 +52,11 @@ class DistBackend:
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
-        self.returned = {}  # payload key -> (rows pulled back, them dense, the weights in them)
+        self.acks = {}      # payload key -> row_sparse array an empty pull writes (see request_acks)
         self.staging = {}   # payload key -> dense [N, words]: this worker's codes in its own row
         self.rows = {}      # payload key -> this worker's row of its staging array
         self.payloads = {}  # payload key -> the row_sparse array pushed (made once, refilled)
+        self.no_rows = mx.nd.array([], dtype="int64")
 
     def set_optimizer(self, optimizer):
         self.kv.set_optimizer(optimizer)
@@ -64,23 +65,19 @@ class DistBackend:
         self.kv.init(keys, values)  # one barrier for all
 
     def init_payloads(self, buckets):
-        """Payload keys and the arrays every compressed round reuses (nothing is allocated on
+        """Payload keys and the arrays every compressed push reuses (nothing is allocated on
         the hot path): the server takes a row_sparse key's shape from its init value, so the
-        init stores every row, the workers' and the returned weights' (protocol.py)."""
+        init stores every row."""
         n, keys, values = self.num_workers, [], []
-        rows = n + protocol.RETURN_ROWS
-        self.return_rows = mx.nd.arange(n, rows, dtype="int64")
         for b in buckets:
             keys.append(b.payload_key)
             values.append(mx.nd.sparse.row_sparse_array(
-                (mx.nd.ones((rows, b.words)), mx.nd.arange(rows, dtype="int64")), shape=(rows, b.words)))
-            self.staging[b.payload_key] = mx.nd.zeros((rows, b.words))
+                (mx.nd.ones((n, b.words)), mx.nd.arange(n, dtype="int64")), shape=(n, b.words)))
+            self.staging[b.payload_key] = mx.nd.zeros((n, b.words))
             self.rows[b.payload_key] = self.staging[b.payload_key][self.rank]
             self.payloads[b.payload_key] = mx.nd.sparse.row_sparse_array(
-                (mx.nd.ones((1, b.words)), mx.nd.array([self.rank], dtype="int64")), shape=(rows, b.words))
-            returned = mx.nd.sparse.zeros("row_sparse", (rows, b.words))
-            dense = mx.nd.zeros((rows, b.words))
-            self.returned[b.payload_key] = (returned, dense, dense[n:].reshape((-1,))[:b.size])
+                (mx.nd.ones((1, b.words)), mx.nd.array([self.rank], dtype="int64")), shape=(n, b.words))
+            self.acks[b.payload_key] = mx.nd.sparse.zeros("row_sparse", (n, b.words))
         self.kv.init(keys, values)
 
     def command(self, msg):
@@ -177,16 +174,20 @@ class DistBackend:
         mx.nd.sparse.cast_storage(self.staging[key], "row_sparse", out=self.payloads[key])
         self.kv.push(key, self.payloads[key])
 
-    def pull_returned(self, b):
-        """W(t+1) of bucket b into b.comm, through the payload key's returned rows (protocol.py):
-        issued right after push_payload, with no wait. MXNet orders a pull of a key after this
-        worker's push of it (the pull writes the buffer the push read), and the push completes
-        only when the server answers it, after the update wrote the rows. Engine ops all the
-        way: the rows arrive as row_sparse, become dense, and the weights are copied out."""
-        returned, dense, weights = self.returned[b.payload_key]
-        self.kv.row_sparse_pull(b.payload_key, out=returned, row_ids=self.return_rows)
-        mx.nd.sparse.cast_storage(returned, "default", out=dense)
-        weights.copyto(b.comm)
+    def request_acks(self, payload_keys):
+        """Ask for the acknowledgement of this worker's latest push to each payload key.
+
+        MXNet copies a sparse push into a private buffer, so waiting on the pushed array does
+        not wait for the push itself. A pull of the same key is ordered after the push on the
+        worker (it writes that private buffer), and the push completes only when the server
+        acknowledges it, after the update: so a row_sparse_pull of no rows, once complete, is
+        the acknowledgement, at the cost of one empty message."""
+        for k in payload_keys:
+            self.kv.row_sparse_pull(k, out=self.acks[k], row_ids=self.no_rows)
+
+    def wait_acks(self, payload_keys):
+        for k in payload_keys:
+            self.acks[k].wait_to_read()
 
     def pull(self, key, out):
         self.kv.pull(key, out=out)
@@ -258,8 +259,11 @@ class LocalBackend:
     def push_payload(self, key):
         self.server.apply_payload(key, self.staging[key], None)
 
-    def pull_returned(self, b):
-        self.pull(b.weight_key, b.comm)  # the push was applied synchronously in process
+    def request_acks(self, payload_keys):
+        pass  # pushes are applied synchronously in process
+
+    def wait_acks(self, payload_keys):
+        pass
 
     def pull(self, key, out):
         self.store[key].copyto(out)

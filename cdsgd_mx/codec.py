@@ -109,20 +109,6 @@ def count_nonfinite(x, threads=None):
     return _native.count_nonfinite(_array(x, False), _threads(threads))
 
 
-def copy_into(src, dst, offset=0):
-    """dst's flat [offset, offset + src.size) = src (float32, CPU). dst may be a row_sparse
-    NDArray that stores every row: its row storage is written (the server's payload key)."""
-    # sizes are checked before any capsule exists (see _threshold)
-    size = int(np.prod(src.shape))
-    sparse = getattr(dst, "stype", "default") == "row_sparse"
-    room = dst.indices.shape[0] * int(np.prod(dst.shape[1:])) if sparse else int(np.prod(dst.shape))
-    if offset < 0 or offset + size > room:
-        raise ValueError("copy_into: %d values at offset %d do not fit dst's %d" % (size, offset, room))
-    if sparse:
-        dst = dst.to_dlpack_for_write()  # waits for the engine; the rows' storage, as a dense array
-    _native.copy_into(_array(src, False), _array(dst, True), int(offset))
-
-
 def set_num_threads(threads):
     """Threads the CPU kernels use when a call passes threads=None (default 1)."""
     _native.set_num_threads(_threads(threads))

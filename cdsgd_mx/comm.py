@@ -1,9 +1,11 @@
-"""The communication thread: runs each bucket set's round (quantize, push, issue the pull) in
-order, in the background, so that the next forward/backward overlaps it.
+"""The communication thread: runs each parameter's round (quantize, push, pull) in order, in
+the background, so that the next forward/backward overlaps it.
 
-A round returns once its pulls are handed to MXNet's engine (MXNet orders each pull after the
-push of the same key); from then on any engine op that reads the pulled array is ordered after
-the pull, so the main thread only waits for a round to be *issued*, never for the network.
+A round has two phases. Its push phase runs as soon as the thread reaches it; it may return a
+finish function (wait for the servers' acknowledgement, then issue the pull) that the thread
+runs at the next flush, after the push phases of every round submitted before that flush. So
+the pushes of all parameters of a step leave back to back and their acknowledgements travel
+together, instead of one parameter's round trip after another.
 
 Only this thread calls the native kvstore once training runs: MXNet's KVStoreDist is not meant
 to be driven from two Python threads at once.
@@ -13,7 +15,8 @@ import threading
 
 
 class Round:
-    """A submitted job. `issued` is set once fn has returned (its pulls are in the engine)."""
+    """A submitted job. `issued` is set once its pull has been handed to MXNet's engine: from
+    then on any engine op that reads the pulled array is ordered after the pull."""
 
     def __init__(self, fn, label):
         self.fn = fn
@@ -30,22 +33,23 @@ class Communicator:
     def __init__(self, name="cdsgd-comm"):
         self._jobs = queue.Queue()
         self._failed = None
+        self._pending = []  # (round, finish function) waiting for the next flush
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, fn, label=""):
-        """fn() pushes and issues the pulls of one round."""
+        """fn() runs the push phase and returns None (round done) or a finish function."""
         self.raise_if_failed()
         job = Round(fn, label)
         self._jobs.put(job)
         return job
 
     def flush(self):
-        """A job done once every round submitted so far is issued (the rounds run in order)."""
+        """Finish every round submitted so far (in order); returns a job to wait on."""
         return self.submit(None, "flush")
 
     def wait(self, job):
-        """Block until job is issued; re-raise any error of the communication thread."""
+        """Block until job's pull is issued; re-raise any error of the communication thread."""
         job.issued.wait()
         self.raise_if_failed()
 
@@ -58,18 +62,37 @@ class Communicator:
             raise CommError("communication thread failed in %s: %s: %s" % (
                 self._failed.label, type(self._failed.error).__name__, self._failed.error)) from self._failed.error
 
+    def _fail(self, job, error):
+        job.error = error
+        if self._failed is None:
+            self._failed = job
+
     def _run(self):
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            if job.fn is not None and self._failed is None:
+            if job.fn is None:  # flush: finish the rounds waiting for it, in order
+                for pending, finish in self._pending:
+                    if self._failed is None:
+                        try:
+                            finish()
+                        except BaseException as e:
+                            self._fail(pending, e)
+                    pending.issued.set()
+                self._pending = []
+                job.issued.set()
+                continue
+            finish = None
+            if self._failed is None:
                 try:
-                    job.fn()
+                    finish = job.fn()
                 except BaseException as e:  # kept for the main thread, which re-raises it
-                    job.error = e
-                    self._failed = job
-            job.issued.set()
+                    self._fail(job, e)
+            if finish is None:
+                job.issued.set()
+            else:
+                self._pending.append((job, finish))
 
     def close(self):
         self._jobs.put(None)

@@ -513,14 +513,16 @@ class CDSGD(KVStoreBase):
                 self._local_updater(index, grad, loc)  # eq. 11
             bset.scatter("loc")
             bset.grad_buf.copyto(bset.comm_buf)    # comm_buf = g(t): backward of t+1 may now write grad_buf
-        bset.in_flight = self._comm.submit(lambda: self._round(bset, t), "step %d" % t)  # not waited for
+        bset.in_flight = self._comm.submit(lambda: self._round(bset, t), "step %d" % t)
+        if not self.driven_by_trainer:
+            self._comm.flush()  # do not wait: the round finishes in the background
 
     def _round(self, bset, t):
-        """Communication thread: push g(t) from comm_buf (codes or fp32) bucket by bucket, then
-        issue the pulls of W(t+1) into comm_buf; MXNet orders each pull after the push of the
-        same key (fp32: the weight key; codes: the payload key, whose returned rows hold W)."""
+        """Communication thread, push phase: push g(t) from comm_buf (codes or fp32) bucket by
+        bucket. Returns the finish phase (pull W(t+1)) for codes; fp32 pushes are followed by
+        their pulls at once, since MXNet orders a pull after a push of the same key."""
         compressed = self.schedule.compressed(t)
-        pushed, start = 0, self.tracer.now_us()
+        pushed = 0
         for i, b in enumerate(bset.buckets):
             if compressed:
                 with self.tracer.span("quantize", bucket=i, step=t):
@@ -531,9 +533,6 @@ class CDSGD(KVStoreBase):
                     codec.wire_encode(b.sml_buf, self._backend.wire_row(b.payload_key))
                 with self.tracer.span("push codes", bucket=i, step=t):
                     self._backend.push_payload(b.payload_key)
-                    # W(t+1) comes back through the payload key's returned rows: MXNet orders
-                    # this pull after the push, so it is issued at once (no acknowledgement)
-                    self._backend.pull_returned(b)
                 pushed += 4 * b.words + 8  # + the row index
             else:
                 with self.tracer.span("push fp32", bucket=i, step=t):
@@ -543,8 +542,17 @@ class CDSGD(KVStoreBase):
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
         if not compressed:
             self._pull(bset, t)
-        else:  # from the first push: the pulls went out with the pushes
-            self.tracer.watch("pull", bset.comm_buf, start, step=t)
+            return None
+        # a pull of the weight key is not ordered after a push to the payload key: request the
+        # acknowledgements now, wait for them and pull at the flush
+        payload_keys = [b.payload_key for b in bset.buckets]
+        self._backend.request_acks(payload_keys)
+
+        def finish():
+            with self.tracer.span("wait push", step=t):
+                self._backend.wait_acks(payload_keys)
+            self._pull(bset, t)
+        return finish
 
     def _pull(self, bset, t):
         start = self.tracer.now_us()

@@ -4,12 +4,8 @@ Every bucket (cdsgd_mx.buckets) is small enough for one server (fewer elements t
 MXNET_KVSTORE_BIGARRAY_BOUND, which MXNet reads on the workers) and gets
 - a weight key: the fp32 weights of the bucket's parameters, flat, on its server; full-precision
   gradients are pushed to it and the global weights are pulled from it;
-- a payload key on the same server: a row_sparse float32 [num_workers + 16, ceil(size/16)] key.
-  Each worker pushes its 2-bit codes as its own row r < num_workers (ternary16 wire format);
-  the server's update writes the bucket's new weights into the 16 rows after them (RETURN_ROWS,
-  16 * ceil(size/16) >= size values), and each worker pulls those rows back. MXNet orders that
-  pull after the worker's push of the same key, and answers the push only after the update:
-  the weights come back in the push's own round trip plus one, with no acknowledgement between.
+- a payload key on the same server: a row_sparse float32 [num_workers, ceil(size/16)] key to
+  which each worker pushes its 2-bit codes as its own row (ternary16 wire format).
 MXNet places a key below the bound on server (key * 9973) % num_servers, so keys are picked by
 that rule: both keys of a bucket share a server.
 """
@@ -17,7 +13,6 @@ import os
 
 from . import codec
 
-RETURN_ROWS = codec.VALUES_PER_WORD  # payload rows that bring W(t+1) back (16 rows hold 16 * words values)
 PLACEMENT_PRIME = 9973  # MXNet's key-to-server hash (kvstore_dist.h)
 DEFAULT_BIGARRAY_BOUND = 1000 * 1000
 
@@ -48,7 +43,7 @@ def server_of(key, num_servers):
 def max_chunk(bound, num_workers):
     """Largest bucket whose weight key and payload key both stay below the bound."""
     by_weight = bound - 1
-    by_payload = ((bound - 1) // (num_workers + RETURN_ROWS)) * codec.VALUES_PER_WORD
+    by_payload = ((bound - 1) // num_workers) * codec.VALUES_PER_WORD
     return max(1, min(by_weight, by_payload))
 
 

@@ -7,8 +7,7 @@ then runs the server loop itself with two changes to stock behaviour:
 - The updater is a ServerState: every weight key is updated by the global optimizer the workers
   sent (`kv.set_optimizer`, pickled as usual), with one optimizer state per weight key whichever
   path the gradient took. A payload key carries 2-bit codes (ternary16 rows, one per worker);
-  its update decodes each row, sums them, applies the global optimizer to the paired weight and
-  writes the new weight into the payload key's returned rows, which the workers pull back.
+  its update decodes each row, sums them and applies the global optimizer to the paired weight.
 - Any exception in an update or a command is printed with its traceback and ends the server
   process (exit code 70), so the launcher sees it and brings the job down, instead of MXNet's
   silent swallow and a hung job.
@@ -113,7 +112,7 @@ class ServerState:
         # would otherwise let that merge run on freed memory (seen: a server segfault in Plus).
         grad.wait_to_read()
         if key in self.payloads:
-            self.apply_payload(key, grad.data, grad.indices, weight)  # waits on the paired weight
+            self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
             return
         if key in self.handshakes:  # proof that this server is ours (kvstore._check_servers)
             self.handshakes.discard(key)
@@ -224,10 +223,8 @@ class ServerState:
             self._momentum[wk] = flat
         return flat
 
-    def apply_payload(self, pk, rows, row_ids, stored=None):
-        """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks).
-        stored: the payload key's own stored array (row_sparse, every row): its last
-        RETURN_ROWS rows get the new weights, which the workers pull back (protocol.py)."""
+    def apply_payload(self, pk, rows, row_ids):
+        """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""
         from mxnet import ndarray as nd  # mx.nd is not bound yet while a server imports
         import numpy as np
         from . import codec
@@ -241,12 +238,7 @@ class ServerState:
         if wire.shape[1] != codec.packed_size(n):
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], codec.packed_size(n)))
         codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row
-        weight = self.weights[wk]
-        self.apply_gradient(wk, weight, decoded)  # returns once the weight is written
-        if stored is not None:
-            from .protocol import RETURN_ROWS
-            rows_stored, words = stored.shape
-            codec.copy_into(weight, stored, (rows_stored - RETURN_ROWS) * words)
+        self.apply_gradient(wk, self.weights[wk], decoded)
 
 
 def _to_numpy(state):

@@ -254,22 +254,6 @@ int64_t count_nonfinite(py::handle x, int threads) {
   return cdsgd::count_nonfinite(xp, v.size, threads);
 }
 
-// dst[offset, offset + src.size) = src (float32, CPU): the server puts a bucket's new weights
-// into the spare rows of its payload key's stored array, which it reaches only through DLPack.
-void copy_into(py::handle src, py::handle dst, int64_t offset) {
-  View s = view("src", kFloat32, src, false), d = view("dst", kFloat32, dst, true);
-  if (offset < 0 || offset + s.size > d.size)
-    throw py::value_error("dst has " + std::to_string(d.size) + " elements, too few for " + std::to_string(s.size) +
-                          " at offset " + std::to_string(offset));
-  check_no_overlap("src", s, s.size * 4, "dst", d, d.size * 4);
-  if (same_device({{"src", &s}, {"dst", &d}}))
-    throw py::value_error("copy_into runs on the CPU (the server's side); got GPU arrays");
-  auto* sp = static_cast<const float*>(s.data);
-  auto* dp = static_cast<float*>(d.data) + offset;
-  py::gil_scoped_release nogil;
-  std::memcpy(dp, sp, static_cast<size_t>(s.size) * sizeof(float));
-}
-
 int cuda_device_count() {
 #ifdef CDSGD_WITH_CUDA
   return cdsgd::cuda::device_count();
@@ -291,7 +275,6 @@ PYBIND11_MODULE(_native, m) {
   m.def("decode_sum", &decode_sum, py::arg("wire"), py::arg("rows"), py::arg("out"), py::arg("threshold"),
         py::arg("threads") = 0);
   m.def("count_nonfinite", &count_nonfinite, py::arg("x"), py::arg("threads") = 0);
-  m.def("copy_into", &copy_into, py::arg("src"), py::arg("dst"), py::arg("offset"));
   m.def("set_num_threads", &cdsgd::set_default_threads);
   m.def("get_num_threads", &cdsgd::default_threads);
   m.def("cuda_device_count", &cuda_device_count);

@@ -56,10 +56,6 @@ def worker(args):
     net(mx.nd.zeros((1,) + shape))  # deferred shapes known before the trainer sees the parameters
     net.hybridize()
     trace = os.path.join(args.trace_dir, "%s.json" % args.algorithm) if args.trace_dir else "/dev/null"
-    if args.trace_dir:
-        # the trace's watcher threads stamp an end once they hold the GIL again: hand it over
-        # every 0.5 ms instead of 5 so that those stamps are within about a millisecond
-        sys.setswitchinterval(0.0005)
     trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9},
                                algorithm=args.algorithm, k=args.k, warmup_steps=args.warmup,
                                threshold=args.threshold, trace=trace)
@@ -68,16 +64,11 @@ def worker(args):
     y = mx.nd.array(np.random.RandomState(kv.rank).randint(0, classes, args.batch).astype(np.float32))
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-    trained = [p for p in net.collect_params().values() if p.grad_req != "null"]
-
     def fwd_bwd(step):
-        start = kv.tracer.now_us()
-        with kv.tracer.span("forward/backward", step=step):  # issued (Python's side)
+        with kv.tracer.span("forward/backward", step=step):
             with autograd.record():
                 loss = loss_fn(net(x), y)
             loss.backward()
-        # ... and computed: ends when the engine has written the first layer's gradient
-        kv.tracer.watch("backward done", trained[0].grad(), start, lane="compute", step=step)
         return loss
 
     # tau: forward/backward alone, each waited to its end
