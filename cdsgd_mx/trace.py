@@ -17,7 +17,7 @@ class Tracer:
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
         self._tids = {}
-        self._watch = {}  # lane -> queue of a thread that waits for asynchronous work to end
+        self._watch = None  # queue of the thread that waits for asynchronous transfers to end
 
     @property
     def enabled(self):
@@ -50,20 +50,18 @@ class Tracer:
         finally:
             self.add(name, start, self.now_us(), **args)
 
-    def watch(self, name, array, start_us, lane="transfers", **args):
+    def watch(self, name, array, start_us, **args):
         """Record a span that ends when the engine finishes writing `array` (a pull), without
-        blocking the caller: a watcher thread per lane waits for it (lanes keep the end of one
-        kind of work from waiting behind another's)."""
+        blocking the caller: a watcher thread waits for it."""
         if not self.enabled:
             return
         # a one-value copy read after the writes issued so far: waiting on it is not held up
         # by writes issued later (the next step's comm_buf = g), as waiting on array would be
         array = array.reshape((-1,))[0:1].copy()
-        if lane not in self._watch:
-            q = queue.Queue()
-            threading.Thread(target=self._watcher, args=(q,), name="cdsgd-" + lane, daemon=True).start()
-            self._watch[lane] = q
-        self._watch[lane].put((name, array, start_us, args))
+        if self._watch is None:  # its own trace row: not the communication thread's name
+            self._watch = queue.Queue()
+            threading.Thread(target=self._watcher, args=(self._watch,), name="cdsgd-transfers", daemon=True).start()
+        self._watch.put((name, array, start_us, args))
 
     def _watcher(self, q):
         while True:

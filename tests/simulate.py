@@ -30,7 +30,7 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
     per-parameter multipliers (ssgd only here)."""
     f32 = np.float32
     rescale = f32(1.0 / batch)
-    lr_rescale, local_rescale = f32(lr) * rescale, f32(local_lr) * rescale
+    local_rescale = f32(local_lr) * rescale
     P = len(init)
     W = [np.asarray(a, f32).copy() for a in init]
     mom = [np.zeros_like(a) for a in W]
@@ -58,10 +58,7 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
             # decay reach it as float32 parameters
             lr_mult, wd_mult = (mults or {}).get(i, (1.0, 1.0))
             lr_i, wd_i = f32(lr * lr_mult), f32(wd * wd_mult)
-            if mults or wd:
-                mom[i] = f32(momentum) * mom[i] - lr_i * wd_i * W_t - lr_i * rescale * total
-            else:
-                mom[i] = f32(momentum) * mom[i] - lr_rescale * total
+            mom[i] = f32(momentum) * mom[i] - lr_i * wd_i * W_t - lr_i * rescale * total
             W_next = W_t + mom[i]
             for r in range(workers):
                 if delayed(alg, t, n):

@@ -106,9 +106,8 @@ def test_ssgd_honours_per_parameter_multipliers_like_stock_gluon(tmp_path):
     def agrees(run):
         return all(np.allclose(run[r][name % i], ref[i], rtol=1e-6, atol=1e-6)
                    for r, name, ref in ((0, "w%d", W), (1, "x%d", xs[1])) for i in range(len(SHAPES)))
-    stock_runs = [launch(tmp_path / ("stock%d" % n), 2, 2, "--mode", "stock_local", "--steps", "6", "--config", cfg,
-                         stock_server=True) for n in range(1)]
-    while not agrees(stock_runs[-1]) and len(stock_runs) < 5:
+    stock_runs = []
+    while not stock_runs or (not agrees(stock_runs[-1]) and len(stock_runs) < 5):
         stock_runs.append(launch(tmp_path / ("stock%d" % len(stock_runs)), 2, 2, "--mode", "stock_local", "--steps",
                                  "6", "--config", cfg, stock_server=True))
     assert agrees(stock_runs[-1]), "stock gluon never agreed with the simulation of its multipliers"

@@ -82,8 +82,8 @@ def test_first_momentum_update_is_exact_with_recycled_memory():
     array's data pointer before the engine has allocated it (MXNDArrayGetData, as a removed
     view cache did) races with the allocation: the momentum then sat in recycled memory
     (NaN here, stale values in general), a rare non-finite or wrong W(1). Memory is recycled
-    from NaN-filled arrays so that such a race shows as NaN; 300 fresh servers, exact (the race is narrow: this
-    catches it only sometimes; the next test keeps its cause out)."""
+    from NaN-filled arrays so that such a race shows as NaN; 300 fresh servers, exact (the
+    race is narrow: this catches it only sometimes; the next test keeps its cause out)."""
     rng = np.random.RandomState(0)
     n = 742
     w0, g0 = rng.rand(n).astype(np.float32), rng.rand(n).astype(np.float32)
@@ -109,6 +109,5 @@ def test_no_code_reads_a_data_pointer_behind_the_engine():
     from pathlib import Path
     import cdsgd_mx
     root = Path(cdsgd_mx.__file__).parent
-    offenders = [str(f.relative_to(root)) for f in sorted(root.rglob("*.py"))
-                 if "MXNDArrayGetData" in f.read_text() or "MXNDArrayGetDataNDArray" in f.read_text()]
+    offenders = [str(f.relative_to(root)) for f in sorted(root.rglob("*.py")) if "MXNDArrayGetData" in f.read_text()]
     assert offenders == [], offenders
