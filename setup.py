@@ -121,7 +121,7 @@ setup(
         # MXNet itself comes from exactly one of these: both wheels install the same `mxnet` package.
         "cpu": ["mxnet==1.9.1"],
         "gpu": ["mxnet-cu112==1.9.1"],
-        "test": ["pytest>=7", "hypothesis>=6"],
+        "test": ["pytest>=7", "hypothesis>=6", "pyzmq>=22"],  # pyzmq: the outsider of tests/test_security.py
     },
     zip_safe=False,
 )

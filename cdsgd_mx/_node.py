@@ -3,8 +3,10 @@ the launcher's connection ends.
 
     python -m cdsgd_mx._node -- COMMAND...
 
-The launcher keeps this process's standard input open and never writes to it; when the launcher
-stops the job (or dies), the ssh connection closes, standard input reaches its end, and this
+The launcher writes one line to this process's standard input, the job's secret, which the
+command gets through a pipe of its own (auth.SECRET_FD: not on a command line, not in a file);
+then it keeps standard input open and writes nothing more. When the launcher stops the job (or
+dies), the ssh connection closes, standard input reaches its end, and this
 wrapper ends the command's whole process group (SIGTERM, then SIGKILL after 3 s). Without it a
 remote node of a failed job would live on, waiting in ps-lite. Exits with the command's code.
 """
@@ -13,6 +15,8 @@ import signal
 import subprocess
 import sys
 import threading
+
+from .auth import SECRET_FD
 
 
 def stop_group(child, grace=3.0):
@@ -38,11 +42,20 @@ def main(argv=None):
         sys.exit("python -m cdsgd_mx._node -- COMMAND...: no command given")
     if os.getpgid(0) != os.getpid():
         os.setpgid(0, 0)  # our own group, so that stopping it touches nothing else
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    secret = sys.stdin.buffer.readline().strip()
+    env, fds = None, ()
+    if secret:
+        r, w = os.pipe()
+        os.write(w, secret)
+        os.close(w)
+        env, fds = dict(os.environ, **{SECRET_FD: str(r)}), (r,)
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, pass_fds=fds)
+    for fd in fds:
+        os.close(fd)
 
     def watch_connection():
         while sys.stdin.buffer.read(4096):
-            pass  # nothing is ever sent; the end of input is the signal
+            pass  # nothing more is sent; the end of input is the signal
         if child.poll() is None:
             try:  # the launcher may be gone with the other end of our output too
                 sys.stderr.write("cdsgd_mx._node: the launcher's connection closed; stopping %s\n" % argv[0])

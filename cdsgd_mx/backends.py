@@ -2,13 +2,12 @@
 server for kvstore='local' / None (the same semantics with one worker)."""
 import json
 import os
-import pickle
 import sys
 
 import mxnet as mx
 import numpy as np
 
-from . import protocol
+from . import auth, optimizer_spec, protocol
 from .server import COMMAND_PREFIX, ServerState
 
 
@@ -48,6 +47,8 @@ class DistBackend:
     def __init__(self, store):
         """store: 'dist_sync', or a dist_sync KVStore the script already made (one per process)."""
         _exit_on_uncaught_exception()
+        self.secret = auth.job_secret()  # before MXNet's start-up barrier: a missing one fails alone
+        self.seq = 0  # rank 0's command sequence number: the servers drop replays
         self.kv = mx.kv.create(store) if isinstance(store, str) else store
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
@@ -59,7 +60,9 @@ class DistBackend:
         self.no_rows = mx.nd.array([], dtype="int64")
 
     def set_optimizer(self, optimizer):
-        self.kv.set_optimizer(optimizer)
+        """As plain data in an authenticated command (never MXNet's pickle: servers run no code
+        from the network)."""
+        self.command({"op": "optimizer", "spec": optimizer_spec.describe(optimizer)})
 
     def init(self, keys, values):
         self.kv.init(keys, values)  # one barrier for all
@@ -81,8 +84,12 @@ class DistBackend:
         self.kv.init(keys, values)
 
     def command(self, msg):
+        """Rank 0 sends msg to every server, with a sequence number and the job's MAC; every
+        worker waits for it at a barrier."""
         if self.rank == 0:
-            self.kv._send_command_to_servers(0, COMMAND_PREFIX + json.dumps(msg))
+            self.seq += 1
+            body = json.dumps(dict(msg, seq=self.seq))
+            self.kv._send_command_to_servers(0, COMMAND_PREFIX + auth.mac(self.secret, "command", body) + ":" + body)
         self.kv._barrier()
 
     def register(self, buckets, threshold, compressing):
@@ -128,20 +135,25 @@ class DistBackend:
         return out.asnumpy()
 
     def handshake(self):
-        """Each server's answer to the start-up handshake: 2 * num_workers + 1 from ours (every
-        worker pushes 1 to a key on that server, whose next update our server sets to
-        2 * sum + 1); MXNet's own server ignores the command and stores the sum or runs the
-        optimizer. Returns {server index: answer}."""
+        """Each server's answer to the start-up handshake: every worker pushes its MAC tag
+        (auth.tag) in its own row of a key on that server; ours answers per row whether the
+        tag checks with its secret, beside a mark (protocol.HANDSHAKE_MARK) that MXNet's own
+        server, which stores the sum or runs the optimizer, never writes.
+        Returns {server index: [num_workers, TAG_FLOATS] answer}."""
+        n, width = self.num_workers, auth.TAG_FLOATS
         keys = protocol.handshake_keys(self.num_servers)
-        self.kv.init(keys, [mx.nd.zeros((1,)) for _ in keys])
-        self.command({"op": "handshake", "keys": keys})
-        ones = [mx.nd.ones((1,)) for _ in keys]
-        for k, v in zip(keys, ones):
+        self.kv.init(keys, [mx.nd.zeros((n * width,)) for _ in keys])
+        rows = []
+        for k in keys:
+            mine = np.zeros((n, width), np.float32)
+            mine[self.rank] = auth.tag(self.secret, "handshake", self.rank, k)
+            rows.append(mx.nd.array(mine.reshape(-1)))
+        for k, v in zip(keys, rows):
             self.kv.push(k, v)
-        outs = [mx.nd.zeros((1,)) for _ in keys]
+        outs = [mx.nd.zeros((n * width,)) for _ in keys]
         for k, o in zip(keys, outs):
             self.kv.pull(k, out=o)  # ordered after this worker's push of the same key
-        return {s: float(o.asnumpy()[0]) for s, o in enumerate(outs)}
+        return {s: o.asnumpy().reshape(n, width) for s, o in enumerate(outs)}
 
     def open_tally(self, key, width):
         """A key whose every update stores the sum of the workers' pushes (see tally)."""
@@ -212,9 +224,9 @@ class LocalBackend:
         self.staging = {}  # payload key -> numpy [1, words]: the codes the next push carries
 
     def set_optimizer(self, optimizer):
-        # a copy, as the servers get one: pickling drops gluon's param_dict, whose indices are
-        # not the server's state ids (sharing it applied one parameter's lr_mult to another)
-        self.server.set_optimizer(pickle.loads(pickle.dumps(optimizer)))
+        # a copy made as the servers make theirs: it drops gluon's param_dict, whose indices
+        # are not the server's state ids (sharing it applied one parameter's lr_mult to another)
+        self.server.set_optimizer(optimizer_spec.build(json.loads(json.dumps(optimizer_spec.describe(optimizer)))))
 
     def init(self, keys, values):
         for k, v in zip(keys, values):
@@ -225,7 +237,7 @@ class LocalBackend:
             self.staging[b.payload_key] = np.zeros((1, b.words), np.float32)
 
     def command(self, msg):
-        self.server.command(json.dumps(msg))
+        self.server.command(json.loads(json.dumps(msg)))
 
     def assign(self, values):
         for k, v in values.items():
@@ -235,7 +247,9 @@ class LocalBackend:
         return np.asarray(row, np.float32).reshape(1, -1)
 
     def handshake(self):
-        return {0: 3.0}  # the server is in this process
+        answer = np.zeros((1, auth.TAG_FLOATS), np.float32)  # the server is in this process
+        answer[0, :2] = 1.0, protocol.HANDSHAKE_MARK
+        return {0: answer}
 
     def open_tally(self, key, width):
         pass
@@ -246,7 +260,7 @@ class LocalBackend:
     def register(self, buckets, threshold, compressing):
         msg = _registration(buckets, threshold, compressing)
         msg["weights"] = []  # no registration round: the weights are at hand
-        self.server.command(json.dumps(msg))
+        self.server.command(msg)
         for b in buckets:
             self.server.weights[b.weight_key] = self.store[b.weight_key]
 

@@ -34,7 +34,7 @@ import numpy as np
 from mxnet.kvstore import KVStoreBase
 
 from . import buckets as bucketing
-from . import codec, protocol
+from . import auth, codec, optimizer_spec, protocol
 from .backends import DistBackend, LocalBackend
 from .comm import CommError, Communicator
 from .schedule import ALGORITHMS, COMPRESSING, DELAYED, Schedule
@@ -132,7 +132,10 @@ class CDSGD(KVStoreBase):
                                   "it with `python -m cdsgd_mx.launch -n WORKERS -s SERVERS -- python SCRIPT`, or "
                                   "pass kvstore='local' to train in this one process"
                                   % (", ".join(missing), "is" if len(missing) == 1 else "are"))
-        self._backend = DistBackend(kvstore) if existing or kvstore == "dist_sync" else LocalBackend()
+        try:
+            self._backend = DistBackend(kvstore) if existing or kvstore == "dist_sync" else LocalBackend()
+        except auth.SecretError as e:
+            raise ConfigError(str(e)) from None
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._local_name = local_optimizer
         self._local_params = dict(local_optimizer_params or {})
@@ -180,7 +183,10 @@ class CDSGD(KVStoreBase):
         """The global optimizer (runs on the servers); also builds the local optimizer with
         the same rescale_grad (gluon sets it to 1/batch_size before calling this)."""
         self._optimizer = optimizer
-        self._backend.set_optimizer(optimizer)
+        try:
+            self._backend.set_optimizer(optimizer)
+        except optimizer_spec.SpecError as e:
+            raise ConfigError(str(e)) from None
         params = {"learning_rate": optimizer.learning_rate}
         params.update(self._local_params)
         params["rescale_grad"] = optimizer.rescale_grad
@@ -388,14 +394,22 @@ class CDSGD(KVStoreBase):
         launched with tools/launch.py that forgot serve_if_not_worker(), or a host without
         cdsgd-mx) accepts every push but ignores our commands, so 2-bit pushes would never
         reach the weights while the job trains on and exits 0."""
-        want = 2.0 * self.num_workers + 1
-        stock = [s for s, answer in sorted(self._backend.handshake().items()) if answer != want]
+        answers = sorted(self._backend.handshake().items())
+        stock = [s for s, answer in answers if not (answer[:, 1] == protocol.HANDSHAKE_MARK).all()]
         if stock:
             raise ConfigError(
                 "server %s answered the start-up handshake as MXNet's own server does, not cdsgd-mx's: start "
                 "the servers with `python -m cdsgd_mx.server` (python -m cdsgd_mx.launch does), or with MXNet's "
                 "tools/launch.py call cdsgd_mx.server.serve_if_not_worker() at the top of the training script, "
                 "and install cdsgd-mx on every server host" % ", ".join(str(s) for s in stock))
+        for s, answer in answers:
+            others = [r for r in range(answer.shape[0]) if answer[r, 0] != 1.0]
+            if others:
+                raise ConfigError(
+                    "server %d holds another job secret than %s: the nodes of one job must come from one launcher "
+                    "run (python -m cdsgd_mx.launch), or all read the same %s" % (
+                        s, "every worker" if len(others) == answer.shape[0]
+                        else "worker rank %s" % ", ".join(map(str, others)), auth.SECRET_FILE))
 
     def _check_agreement(self):
         """Before any training: every worker must run the same algorithm, k, warm-up,

@@ -32,6 +32,8 @@ import sys
 import threading
 import time
 
+from . import auth
+
 EXIT_TIMEOUT = 124
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
 
@@ -73,12 +75,25 @@ class Job:
         self.lock = threading.Lock()
         self.first_failure = None
 
-    def start(self, label, cmd, env, keep_stdin=False):
+    def start(self, label, cmd, env, keep_stdin=False, secret=None):
         """keep_stdin: an open pipe the node never reads to its end (over ssh, its _node
-        wrapper stops the command when the connection, and so that pipe, closes)."""
+        wrapper stops the command when the connection, and so that pipe, closes).
+        secret: the job's secret, handed over where no other user can read it: its first line
+        on that pipe (over ssh), else a pipe of its own the process inherits (auth.SECRET_FD)."""
+        fds = ()
+        if secret is not None and not keep_stdin:
+            r, w = os.pipe()
+            os.write(w, secret.encode())
+            os.close(w)
+            env, fds = dict(env, **{auth.SECRET_FD: str(r)}), (r,)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.PIPE if keep_stdin else subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, pass_fds=fds)
+        for fd in fds:
+            os.close(fd)
+        if secret is not None and keep_stdin:
+            proc.stdin.write(secret.encode() + b"\n")
+            proc.stdin.flush()
         self.procs.append((label, proc))
         pump = threading.Thread(target=self._pump, args=(label, proc), daemon=True)
         pump.start()
@@ -158,6 +173,8 @@ def run_job(args):
             shared["DMLC_INTERFACE"] = "lo"
     shared.update(args.env)
     base = dict(os.environ, **shared)
+    base.pop(auth.SECRET_FD, None)  # this launcher's own, if any, is not the job's
+    secret = auth.new_secret()  # one per job: servers act only on what carries its MACs
     job = Job()
     workers = []
     py = sys.executable
@@ -171,11 +188,12 @@ def run_job(args):
     def start(label, cmd, env):
         """Here, or over ssh on the next host (servers first, then workers, round the hosts)."""
         if not hosts:
-            job.start(label, cmd, dict(base, **env))
+            job.start(label, cmd, dict(base, **env), secret=secret)
             return
         remote = dict(shared, **env)
         job.start(label + " @" + hosts[placed[0] % len(hosts)],
-                  ssh_command(args, hosts[placed[0] % len(hosts)], remote, cmd), dict(os.environ), keep_stdin=True)
+                  ssh_command(args, hosts[placed[0] % len(hosts)], remote, cmd), dict(os.environ), keep_stdin=True,
+                  secret=secret)
         placed[0] += 1
 
     try:

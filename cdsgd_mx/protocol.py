@@ -19,6 +19,7 @@ DEFAULT_BIGARRAY_BOUND = 1000 * 1000
 CONFIG_KEY = 1 << 30  # far above any bucket's keys: the start-up agreement check
 VOTE_KEY = CONFIG_KEY + 1  # nonfinite='skip': each step's count of non-finite values per worker
 HANDSHAKE_BASE = CONFIG_KEY + 2  # from here: one start-up handshake key per server
+HANDSHAKE_MARK = -7.0  # what only our server writes into a handshake answer (tags and sums are >= 0)
 
 
 def handshake_keys(num_servers):

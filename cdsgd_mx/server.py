@@ -5,14 +5,20 @@ The entry imports MXNet as a worker would (so MXNet's own server loop does not s
 then runs the server loop itself with two changes to stock behaviour:
 
 - The updater is a ServerState: every weight key is updated by the global optimizer the workers
-  sent (`kv.set_optimizer`, pickled as usual), with one optimizer state per weight key whichever
-  path the gradient took. A payload key carries 2-bit codes (ternary16 rows, one per worker);
-  its update decodes each row, sums them and applies the global optimizer to the paired weight.
-- Any exception in an update or a command is printed with its traceback and ends the server
-  process (exit code 70), so the launcher sees it and brings the job down, instead of MXNet's
-  silent swallow and a hung job.
+  sent (an "optimizer" command: plain data, optimizer_spec.py), with one optimizer state per
+  weight key whichever path the gradient took. A payload key carries 2-bit codes (ternary16
+  rows, one per worker); its update decodes each row, sums them and applies the global
+  optimizer to the paired weight.
+- Any exception in an update or an authenticated command is printed with its traceback and ends
+  the server process (exit code 70), so the launcher sees it and brings the job down, instead
+  of MXNet's silent swallow and a hung job.
+- Nothing that arrives from the network is unpickled, and a command acts only if it carries
+  the job's MAC (auth.py) and a sequence number above the last one seen: anything else is
+  dropped, counted and logged ("dropped message N"), and the server goes on.
 
-Commands (sent by worker rank 0 as MXNet controller commands, id 0): "cdsgd:" + JSON.
+Commands (sent by worker rank 0 as MXNet controller commands, id 0):
+  "cdsgd:" + MAC + ":" + JSON, MAC = auth.mac(secret, "command", JSON), JSON = {"seq": n, "op": ...}
+  {"op": "optimizer", "spec": {...}}  the global optimizer (optimizer_spec.describe)
   {"op": "register", "weights": [wk...], "slots": {wk: [[state id, begin, end], ...]},
    "payloads": {pk: [wk, n, threshold]}}
       a bucket's parameters (slots) inside its weight key, each with its own optimizer state
@@ -21,14 +27,17 @@ Commands (sent by worker rank 0 as MXNet controller commands, id 0): "cdsgd:" + 
   {"op": "set_lr", "lr": float}   the global optimizer's learning rate from now on
   {"op": "assign", "keys": [k...]} the next update of each key stores the workers' sum
   {"op": "tally", "keys": [k...]}  every update of each key stores the workers' sum (votes)
-  {"op": "handshake", "keys": [k...]}  the next update of each key stores 2 * sum + 1: an answer
-      MXNet's own server cannot give (it stores the sum or runs the optimizer)
   {"op": "save" | "load", "path": p}  the optimizer and its states, to/from p.server<rank>
+Handshake keys (protocol.handshake_keys, no command needed): each worker pushes its MAC tag in
+its own row; the update answers, per row, whether the tag checks, and a mark only this server
+writes (handshake_answer).
 """
 import json
 import os
 import sys
 import traceback
+
+from . import auth, protocol
 
 COMMAND_PREFIX = "cdsgd:"
 CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
@@ -47,13 +56,15 @@ def die(context):
 class ServerState:
     """Global weights' optimizer on one server (or in process for kvstore='local')."""
 
-    def __init__(self, rank=0):
+    def __init__(self, rank=0, secret=None):
         self.rank = rank
+        self.secret = secret      # the job's secret (bytes): handshake tags are checked with it
+        self.last_seq = -1        # the highest command sequence number acted on (replays are dropped)
+        self.dropped = 0          # messages dropped: not from the job (no or a wrong MAC, a replay)
         self.optimizer = None
         self.updater = None       # MXNet's Updater: the optimizer's state per slot id
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
-        self.handshakes = set()   # keys whose next update answers the start-up handshake
         self.slots = {}           # weight key -> [(state id, begin, end)]: the bucket's parameters
         self.multipliers = {}     # state id -> (lr_mult, wd_mult) of its parameter
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
@@ -78,9 +89,14 @@ class ServerState:
                 self.optimizer.lr_mult[i] = lr
                 self.optimizer.wd_mult[i] = wd
 
-    def command(self, body):
-        msg = json.loads(body)
-        if msg["op"] == "register":
+    def command(self, msg):
+        """An authenticated command (a dict, or its JSON text)."""
+        if isinstance(msg, str):
+            msg = json.loads(msg)
+        if msg["op"] == "optimizer":
+            from . import optimizer_spec
+            self.set_optimizer(optimizer_spec.build(msg["spec"]))
+        elif msg["op"] == "register":
             for pk, (wk, n, threshold) in msg["payloads"].items():
                 self.payloads[int(pk)] = (int(wk), int(n), float(threshold))
             for wk, slots in msg.get("slots", {}).items():
@@ -98,8 +114,6 @@ class ServerState:
             self.tallies.update(int(k) for k in msg["keys"])
         elif msg["op"] == "assign":
             self.to_assign.update(int(k) for k in msg["keys"])
-        elif msg["op"] == "handshake":
-            self.handshakes.update(int(k) for k in msg["keys"])
         else:
             raise ValueError("unknown cdsgd command %r" % (msg["op"],))
 
@@ -114,9 +128,9 @@ class ServerState:
         if key in self.payloads:
             self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
             return
-        if key in self.handshakes:  # proof that this server is ours (kvstore._check_servers)
-            self.handshakes.discard(key)
-            weight[:] = grad * 2 + 1
+        if key >= protocol.HANDSHAKE_BASE:  # proof that this server is ours and holds the job's secret
+            rows = grad.asnumpy().reshape(-1, auth.TAG_FLOATS)  # the server's arrays are flat
+            weight[:] = self.handshake_answer(key, rows).reshape(weight.shape)
             weight.wait_to_read()
             return
         if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
@@ -130,6 +144,36 @@ class ServerState:
         else:
             self.apply_gradient(key, weight, grad)
         weight.wait_to_read()  # pulls read the store without waiting for the engine
+
+    def handshake_answer(self, key, rows):
+        """rows: [N, TAG_FLOATS], worker r's tag in row r (the others pushed zeros there).
+        Row r of the answer: [1 if r's tag checks with this server's secret else -1, MARK, 0...]."""
+        import numpy as np
+        answer = np.zeros(rows.shape, np.float32)
+        for r in range(rows.shape[0]):
+            ok = self.secret is not None and auth.tag_matches(self.secret, rows[r], "handshake", r, key)
+            answer[r, 0] = 1.0 if ok else -1.0
+            answer[r, 1] = protocol.HANDSHAKE_MARK
+        return answer
+
+    def receive(self, cmd_id, body):
+        """A controller message from the network: act on it only if it is the job's."""
+        text = body.decode("latin1") if isinstance(body, bytes) else body
+        if cmd_id != CONTROLLER_COMMAND_ID or not text.startswith(COMMAND_PREFIX):
+            return self.drop("not a cdsgd_mx command (id %d, %d bytes)" % (cmd_id, len(text)))
+        given, sep, payload = text[len(COMMAND_PREFIX):].partition(":")
+        if not sep or not auth.verify(self.secret, given, "command", payload):
+            return self.drop("a command without the job's MAC")
+        msg = json.loads(payload)
+        if not isinstance(msg.get("seq"), int) or msg["seq"] <= self.last_seq:
+            return self.drop("a replayed command (sequence %r, last %d)" % (msg.get("seq"), self.last_seq))
+        self.last_seq = msg["seq"]
+        self.command(msg)
+
+    def drop(self, why):
+        self.dropped += 1
+        sys.stderr.write("cdsgd_mx server %d: dropped message %d: %s\n" % (self.rank, self.dropped, why))
+        sys.stderr.flush()
 
     # -- checkpoints: the global optimizer and its state per slot ---------------------------
     def save(self, path):
@@ -260,7 +304,6 @@ def _to_ndarray(state):
 
 
 def _controller(state, kv):
-    import pickle
     installed = []
 
     def controller(cmd_id, cmd_body, _):
@@ -269,13 +312,7 @@ def _controller(state, kv):
                 kv._set_updater(_updater(state))
                 state.rank = kv.rank
                 installed.append(True)
-            body = cmd_body.decode() if isinstance(cmd_body, bytes) else cmd_body
-            if body.startswith(COMMAND_PREFIX):
-                state.command(body[len(COMMAND_PREFIX):])
-            elif cmd_id == CONTROLLER_COMMAND_ID:
-                state.set_optimizer(pickle.loads(cmd_body if isinstance(cmd_body, bytes) else cmd_body.encode("latin1")))
-            else:
-                raise ValueError("unknown server command %d" % cmd_id)
+            state.receive(cmd_id, cmd_body)
         except BaseException:
             die("command %d" % cmd_id)
     return controller
@@ -300,8 +337,14 @@ def run_node():
     import mxnet as mx
     from mxnet.base import _LIB, check_call
     os.environ["DMLC_ROLE"] = role
+    secret = None
+    if role == "server":
+        try:
+            secret = auth.job_secret()
+        except auth.SecretError as e:
+            sys.exit("cdsgd_mx server: %s" % e)
     kv = mx.kv.create("dist")
-    state = ServerState()
+    state = ServerState(secret=secret)
     proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     ctrl = proto(_controller(state, kv))
     check_call(_LIB.MXKVStoreRunServer(kv.handle, ctrl, None))

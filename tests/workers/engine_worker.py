@@ -106,6 +106,8 @@ def main():
         trainer.load_states(args.ckpt)
         first = args.resume_at
     for t in range(first, args.steps):
+        if cfg.get("pause_at") and t == cfg["pause_at"][0]:  # until the test says go (test_security)
+            pause(cfg["pause_at"][1], rank)
         if args.save_at is not None and t == args.save_at:
             trainer.save_states(args.ckpt)
             np.savez("%s.x%d.npz" % (args.ckpt, rank), **{"x%d" % i: p.data().asnumpy() for i, p in enumerate(plist)})
@@ -131,6 +133,18 @@ def main():
          expected=[kv.push_bytes_of_step(t) for t in sorted(kv.bytes_by_step)])
     if cfg.get("trace"):
         trainer.save_trace()
+
+
+def pause(go, rank):
+    """Say this worker is paused (GO.paused<rank>, with the job's secret for the leak checks,
+    readable by its owner only), then wait until the file GO exists."""
+    import time
+    from cdsgd_mx import auth
+    fd = os.open("%s.paused%d" % (go, rank), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, auth.job_secret())
+    os.close(fd)
+    while not os.path.exists(go):
+        time.sleep(0.05)
 
 
 def save(out, rank, xs, ws, bytes_by_step, expected=()):

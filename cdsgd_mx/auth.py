@@ -1,0 +1,101 @@
+"""Proof that a message comes from the job: a per-job secret and MACs made with it.
+
+The launcher makes one secret per job (`new_secret`) and hands it to each node without a
+command line or a file others can read: locally through a pipe the node inherits
+(CDSGD_SECRET_FD names its descriptor), over ssh on the node's standard input (cdsgd_mx._node
+turns it into such a pipe). A job started another way (MXNet's tools/launch.py) names a file
+only its owner can read in CDSGD_SECRET_FILE.
+
+A MAC is HMAC-SHA256 over the message's header fields, cut to 128 bits. Servers act only on
+commands whose MAC checks (server.py); the start-up handshake proves that every node holds the
+same secret (backends.DistBackend.handshake).
+"""
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+
+import numpy as np
+
+SECRET_FD = "CDSGD_SECRET_FD"
+SECRET_FILE = "CDSGD_SECRET_FILE"
+MAC_BYTES = 16
+TAG_FLOATS = MAC_BYTES // 2  # a MAC as 16-bit integers in float32: exact through the server's sums
+
+_secret = None
+
+
+class SecretError(ValueError):
+    """No usable job secret: the message says where one comes from."""
+
+
+def new_secret():
+    return secrets.token_hex(32)
+
+
+def job_secret():
+    """This process's job secret (bytes), read once: the pipe is consumed by reading it."""
+    global _secret
+    if _secret is None:
+        _secret = _read_secret()
+    return _secret
+
+
+def _read_secret():
+    fd = os.environ.pop(SECRET_FD, None)  # children of this process cannot read it again
+    if fd is not None:
+        try:
+            fd = int(fd)
+            chunks = []
+            while True:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            os.close(fd)
+        except (ValueError, OSError) as e:
+            raise SecretError("%s=%s: cannot read the job secret from it (%s)" % (SECRET_FD, fd, e)) from None
+        secret = b"".join(chunks).strip()
+        if not secret:
+            raise SecretError("%s=%s: the launcher handed over an empty job secret" % (SECRET_FD, fd))
+        return secret
+    path = os.environ.get(SECRET_FILE)
+    if path:
+        try:
+            st = os.stat(path)
+            if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise SecretError("%s=%s: the file can be read by other users (mode %o): chmod 600 it"
+                                  % (SECRET_FILE, path, stat.S_IMODE(st.st_mode)))
+            with open(path, "rb") as f:
+                secret = f.read().strip()
+        except OSError as e:
+            raise SecretError("%s=%s: cannot read it: %s" % (SECRET_FILE, path, e.strerror)) from None
+        if not secret:
+            raise SecretError("%s=%s: the file is empty" % (SECRET_FILE, path))
+        return secret
+    raise SecretError("this node has no job secret: start the job with `python -m cdsgd_mx.launch`, or (MXNet's "
+                      "tools/launch.py) give every node %s, a file of random text only its owner can read, e.g. "
+                      "`umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > ~/.cdsgd-secret`"
+                      % SECRET_FILE)
+
+
+def mac(secret, *fields):
+    """128-bit MAC (hex) over the fields, each written as text and joined by '|'."""
+    msg = "|".join(str(f) for f in fields).encode()
+    return hmac.new(secret, msg, hashlib.sha256).hexdigest()[:2 * MAC_BYTES]
+
+
+def verify(secret, given, *fields):
+    return isinstance(given, str) and hmac.compare_digest(given, mac(secret, *fields))
+
+
+def tag(secret, *fields):
+    """The MAC as TAG_FLOATS float32 values, each a 16-bit integer: a float sum with zeros
+    (what the server does with the other workers' rows) leaves them exact."""
+    raw = bytes.fromhex(mac(secret, *fields))
+    return np.frombuffer(raw, dtype=">u2").astype(np.float32)
+
+
+def tag_matches(secret, values, *fields):
+    return bool(np.array_equal(np.asarray(values, np.float32), tag(secret, *fields)))
