@@ -43,12 +43,12 @@ def main(argv=None):
     if os.getpgid(0) != os.getpid():
         os.setpgid(0, 0)  # our own group, so that stopping it touches nothing else
     secret = sys.stdin.buffer.readline().strip()
-    env, fds = None, ()
-    if secret:
-        r, w = os.pipe()
-        os.write(w, secret)
-        os.close(w)
-        env, fds = dict(os.environ, **{SECRET_FD: str(r)}), (r,)
+    if not secret:  # the launcher is gone already (or is not ours): start nothing
+        sys.exit("cdsgd_mx._node: no job secret on standard input; not starting %s" % argv[0])
+    r, w = os.pipe()
+    os.write(w, secret)
+    os.close(w)
+    env, fds = dict(os.environ, **{SECRET_FD: str(r)}), (r,)
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, pass_fds=fds)
     for fd in fds:
         os.close(fd)

@@ -87,7 +87,8 @@ def mac(secret, *fields):
 
 
 def verify(secret, given, *fields):
-    return isinstance(given, str) and hmac.compare_digest(given, mac(secret, *fields))
+    """Whether `given` (text from the network: any characters) is the MAC of the fields."""
+    return isinstance(given, str) and hmac.compare_digest(given.encode("utf-8", "replace"), mac(secret, *fields).encode())
 
 
 def tag(secret, *fields):

@@ -1,7 +1,9 @@
 """Where a worker's pushes and pulls go: MXNet's parameter server (dist_sync), or an in-process
 server for kvstore='local' / None (the same semantics with one worker)."""
+import itertools
 import json
 import os
+import pickle
 import sys
 
 import mxnet as mx
@@ -9,12 +11,6 @@ import numpy as np
 
 from . import auth, optimizer_spec, protocol
 from .server import COMMAND_PREFIX, ServerState
-
-
-def _wait_to_write(arr):
-    """Block until every engine op on arr is done; for a pushed array: until the server
-    acknowledged the push, which it does only after the update ran."""
-    mx.base.check_call(mx.base._LIB.MXNDArrayWaitToWrite(arr.handle))
 
 
 def _exit_on_uncaught_exception():
@@ -43,19 +39,24 @@ def _registration(buckets, threshold, compressing):
             "payloads": {str(b.payload_key): [b.weight_key, b.size, threshold] for b in buckets} if compressing else {}}
 
 
+_command_numbers = itertools.count(1)  # per process, as the servers' count of the job's commands
+
+
 class DistBackend:
     def __init__(self, store):
         """store: 'dist_sync', or a dist_sync KVStore the script already made (one per process)."""
         _exit_on_uncaught_exception()
         self.secret = auth.job_secret()  # before MXNet's start-up barrier: a missing one fails alone
-        self.seq = 0  # rank 0's command sequence number: the servers drop replays
         self.kv = mx.kv.create(store) if isinstance(store, str) else store
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
+        self.region = self.num_workers * auth.TAG_FLOATS  # the proof after each pushed array (auth.py)
+        self.rounds = {}    # weight key (or a lone key) -> its rounds the servers applied, as this worker saw
         self.acks = {}      # payload key -> row_sparse array an empty pull writes (see request_acks)
         self.staging = {}   # payload key -> dense [N, words]: this worker's codes in its own row
         self.rows = {}      # payload key -> this worker's row of its staging array
+        self.codes = {}     # payload key -> the codes' part of that row (then the proof)
         self.payloads = {}  # payload key -> the row_sparse array pushed (made once, refilled)
         self.no_rows = mx.nd.array([], dtype="int64")
 
@@ -65,7 +66,60 @@ class DistBackend:
         self.command({"op": "optimizer", "spec": optimizer_spec.describe(optimizer)})
 
     def init(self, keys, values):
-        self.kv.init(keys, values)  # one barrier for all
+        """values: the data; each key stores it followed by a zero proof region."""
+        self.kv.init(keys, [self._padded(v) for v in values])  # one barrier for all
+
+    def _padded(self, value):
+        return mx.nd.concat(value.reshape((-1,)), mx.nd.zeros((self.region,)), dim=0)
+
+    # -- proof of every push (auth.py): a MAC tag per round, checked by the server ----------
+    def proof(self, group, n, kind):
+        """This worker's proof region for the next round of `group` (n data values): its tag
+        in its own slot, zeros in the others' (the server sums the workers' pushes)."""
+        region = np.zeros(self.region, np.float32)
+        at = self.rank * auth.TAG_FLOATS
+        region[at:at + auth.TAG_FLOATS] = auth.tag(self.secret, kind, self.rank, self.rounds.get(group, 0), group, n)
+        return region
+
+    def seal(self, bucket):
+        """The proof of this fp32 round of the bucket, after its data in comm_buf."""
+        bucket.comm_wire[bucket.size:] = mx.nd.array(self.proof(bucket.weight_key, bucket.size, "fp32"))
+
+    def seal_payload(self, bucket):
+        """The proof of this compressed round, after the codes in this worker's payload row."""
+        row = self.rows[bucket.payload_key]
+        row[bucket.words:] = mx.nd.array(auth.tag(self.secret, "codes", self.rank, self.rounds.get(bucket.weight_key, 0),
+                                                  bucket.weight_key, bucket.size))
+
+    def check(self, group, status):
+        """After the pull that follows this worker's push to `group`: the server's count of the
+        rounds it applied must have gone one up. It stays put when the server dropped the round
+        for a push without the job's proof; MXNet closed that round one push early, and its
+        later rounds of the key would mix steps, so the job stops."""
+        expected = self.rounds.get(group, 0) + 1
+        if status != expected:
+            raise RuntimeError(
+                "the server of key %d dropped round %d (its count of applied rounds: %g): a push that is not the job's "
+                "reached it (its log says 'dropped message'), and MXNet's server, which counts pushes per key before "
+                "any check, cannot realign the rounds; stopping rather than training on a wrong model"
+                % (group, expected - 1, status))
+        self.rounds[group] = expected
+
+    def check_bucket(self, bucket):
+        """check() with the count the pull brought back after the bucket's weights (waits for it)."""
+        self.check(bucket.weight_key, float(bucket.comm_wire[bucket.size:bucket.size + 1].asnumpy()[0]))
+
+    def round_trip(self, key, data):
+        """One proven round of a dense key outside the training steps (start-up, votes,
+        checkpoint restore): push data and proof, pull, check; returns the stored data."""
+        data = np.asarray(data, np.float32).reshape(-1)
+        wire = mx.nd.array(np.concatenate([data, self.proof(key, data.size, "fp32")]))
+        self.kv.push(key, wire)
+        back = mx.nd.zeros(wire.shape)
+        self.kv.pull(key, out=back)  # ordered after this worker's push of the same key
+        values = back.asnumpy()
+        self.check(key, float(values[data.size]))
+        return values[:data.size]
 
     def init_payloads(self, buckets):
         """Payload keys and the arrays every compressed push reuses (nothing is allocated on
@@ -73,22 +127,23 @@ class DistBackend:
         init stores every row."""
         n, keys, values = self.num_workers, [], []
         for b in buckets:
+            width = b.words + auth.TAG_FLOATS  # the codes, then this worker's proof
             keys.append(b.payload_key)
             values.append(mx.nd.sparse.row_sparse_array(
-                (mx.nd.ones((n, b.words)), mx.nd.arange(n, dtype="int64")), shape=(n, b.words)))
-            self.staging[b.payload_key] = mx.nd.zeros((n, b.words))
+                (mx.nd.ones((n, width)), mx.nd.arange(n, dtype="int64")), shape=(n, width)))
+            self.staging[b.payload_key] = mx.nd.zeros((n, width))
             self.rows[b.payload_key] = self.staging[b.payload_key][self.rank]
+            self.codes[b.payload_key] = self.rows[b.payload_key][:b.words]
             self.payloads[b.payload_key] = mx.nd.sparse.row_sparse_array(
-                (mx.nd.ones((1, b.words)), mx.nd.array([self.rank], dtype="int64")), shape=(n, b.words))
-            self.acks[b.payload_key] = mx.nd.sparse.zeros("row_sparse", (n, b.words))
+                (mx.nd.ones((1, width)), mx.nd.array([self.rank], dtype="int64")), shape=(n, width))
+            self.acks[b.payload_key] = mx.nd.sparse.zeros("row_sparse", (n, width))
         self.kv.init(keys, values)
 
     def command(self, msg):
         """Rank 0 sends msg to every server, with a sequence number and the job's MAC; every
         worker waits for it at a barrier."""
         if self.rank == 0:
-            self.seq += 1
-            body = json.dumps(dict(msg, seq=self.seq))
+            body = json.dumps(dict(msg, seq=next(_command_numbers)))
             self.kv._send_command_to_servers(0, COMMAND_PREFIX + auth.mac(self.secret, "command", body) + ":" + body)
         self.kv._barrier()
 
@@ -99,40 +154,26 @@ class DistBackend:
         self.command(_registration(buckets, threshold, compressing))
         if not compressing:
             return
-        zeros = [mx.nd.zeros((b.size,)) for b in buckets]
-        for b, z in zip(buckets, zeros):
-            self.kv.push(b.weight_key, z)
-        for z in zeros:
-            _wait_to_write(z)
+        for b in buckets:
+            self.round_trip(b.weight_key, np.zeros(b.size, np.float32))
         self.kv._barrier()
 
     def assign(self, values):
         """Set global weights: {weight key: array (rank 0's values)} (checkpoint restore)."""
         self.command({"op": "assign", "keys": list(values)})
-        pushed = []
         for k, v in values.items():
-            arr = v if self.rank == 0 else mx.nd.zeros(v.shape)
-            self.kv.push(k, arr)
-            pushed.append(arr)
-        for arr in pushed:
-            _wait_to_write(arr)
+            self.round_trip(k, v.asnumpy() if self.rank == 0 else np.zeros(v.size, np.float32))
         self.kv._barrier()
 
     def gather_rows(self, key, row):
         """Every worker's `row` (small float32 values, exact), as an [N, len(row)] array: each
         worker pushes its row into a zero matrix and the server keeps the sum (assign)."""
         n = self.num_workers
-        self.kv.init(key, mx.nd.zeros((n, len(row))))
+        self.init([key], [mx.nd.zeros((n * len(row),))])
         self.command({"op": "assign", "keys": [key]})
         mine = np.zeros((n, len(row)), np.float32)
         mine[self.rank] = row
-        arr = mx.nd.array(mine)
-        self.kv.push(key, arr)
-        _wait_to_write(arr)
-        self.kv._barrier()
-        out = mx.nd.zeros((n, len(row)))
-        self.kv.pull(key, out=out)
-        return out.asnumpy()
+        return self.round_trip(key, mine).reshape(n, len(row))
 
     def handshake(self):
         """Each server's answer to the start-up handshake: every worker pushes its MAC tag
@@ -157,7 +198,7 @@ class DistBackend:
 
     def open_tally(self, key, width):
         """A key whose every update stores the sum of the workers' pushes (see tally)."""
-        self.kv.init(key, mx.nd.zeros((width,)))
+        self.init([key], [mx.nd.zeros((width,))])
         self.command({"op": "tally", "keys": [key]})
 
     def tally(self, key, value):
@@ -167,18 +208,14 @@ class DistBackend:
         all workers' pushes of that round are summed and stored, and MXNet orders this
         worker's pull of the key after its push; a worker's next push cannot reach the server
         before its pull of this round (one connection, in order)."""
-        arr = mx.nd.array(value)
-        self.kv.push(key, arr)
-        out = mx.nd.zeros(arr.shape)
-        self.kv.pull(key, out=out)
-        return out.asnumpy()
+        return self.round_trip(key, value)
 
     def push(self, key, value):
         self.kv.push(key, value)
 
     def wire_row(self, key):
         """Where this worker's wire floats for payload key `key` go before push_payload."""
-        return self.rows[key]
+        return self.codes[key]
 
     def push_payload(self, key):
         """Push this worker's row: the staging row goes into the reused row_sparse array (an
@@ -212,11 +249,13 @@ class DistBackend:
 
 
 class LocalBackend:
-    """kvstore='local' or None: the same semantics with one worker and the server in process."""
+    """kvstore='local' or None: the same semantics with one worker and the server in process
+    (no network: no proof regions, nothing to check)."""
 
     rank = 0
     num_workers = 1
     num_servers = 1
+    region = 0
 
     def __init__(self):
         self.server = ServerState()
@@ -224,9 +263,10 @@ class LocalBackend:
         self.staging = {}  # payload key -> numpy [1, words]: the codes the next push carries
 
     def set_optimizer(self, optimizer):
-        # a copy made as the servers make theirs: it drops gluon's param_dict, whose indices
-        # are not the server's state ids (sharing it applied one parameter's lr_mult to another)
-        self.server.set_optimizer(optimizer_spec.build(json.loads(json.dumps(optimizer_spec.describe(optimizer)))))
+        # a copy, as the servers get one: pickling drops gluon's param_dict, whose indices are
+        # not the server's state ids (sharing it applied one parameter's lr_mult to another);
+        # in process, so any optimizer works, also one defined in the script
+        self.server.set_optimizer(pickle.loads(pickle.dumps(optimizer)))
 
     def init(self, keys, values):
         for k, v in zip(keys, values):
@@ -269,6 +309,15 @@ class LocalBackend:
 
     def wire_row(self, key):
         return self.staging[key][0]
+
+    def seal(self, bucket):
+        pass
+
+    def seal_payload(self, bucket):
+        pass
+
+    def check_bucket(self, bucket):
+        pass
 
     def push_payload(self, key):
         self.server.apply_payload(key, self.staging[key], None)

@@ -12,7 +12,10 @@ Trainer; a parameter initialized later gets a set of its own):
 - grad_buf: the gradients. The Trainer binds each parameter's gradient to its slice (autograd
   writes there directly, so fusion adds no copy); an array that is not bound is copied in.
 - comm_buf: g(t) handed to the communication thread, then W(t+1) pulled over it (the paper's
-  comm_buf: one buffer serves both);
+  comm_buf: one buffer serves both). On the parameter server each bucket's stretch of comm_buf
+  is followed by its proof region (`region` values, auth.py): this worker's MAC tag on the way
+  out, the server's count of the bucket's rounds on the way back. So comm_buf alone is laid out
+  [bucket 0 | region | bucket 1 | region ...]; the other buffers have no gaps;
 - loc_buf:  x(t+1) = W(t) - local step with g(t) for the delayed algorithms, then copied into
   the parameters' own data arrays (the weights forward reads);
 - residual: the quantizer's error-feedback memory (numpy: only the codec touches it);
@@ -105,8 +108,9 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
 class BucketSet:
     """Flat buffers of buckets planned together, their views, and the step they are at."""
 
-    def __init__(self, buckets, shapes, outs, compressing, delayed):
+    def __init__(self, buckets, shapes, outs, compressing, delayed, region=0):
         self.buckets = buckets
+        self.region = region              # proof values after each bucket in comm_buf (0: none)
         self.shapes = shapes              # key -> the parameter's shape
         self.outs = outs                  # key -> the parameter's data array (what forward reads)
         self.keys = list(shapes)
@@ -115,22 +119,33 @@ class BucketSet:
         self.t = 0                        # the schedule's step of these buckets
         self.in_flight = None             # the flush after which W(t) is (being) pulled into comm_buf
         self.grad_buf = mx.nd.zeros((self.size,))
-        self.comm_buf = mx.nd.zeros((self.size,))
+        self.comm_buf = mx.nd.zeros((self.size + region * len(buckets),))
         self.loc_buf = mx.nd.zeros((self.size,)) if delayed else None
         self.residual = np.zeros(self.size, np.float32) if compressing else None
-        for b in buckets:
+        for i, b in enumerate(buckets):
             b.grad = self.grad_buf[b.offset:b.offset + b.size]
-            b.comm = self.comm_buf[b.offset:b.offset + b.size]
+            b.comm_offset = b.offset + i * region
+            b.comm = self.comm_buf[b.comm_offset:b.comm_offset + b.size]
+            b.comm_wire = self.comm_buf[b.comm_offset:b.comm_offset + b.size + region]  # what is pushed and pulled
+            b.loc = None if self.loc_buf is None else self.loc_buf[b.offset:b.offset + b.size]
             b.residual = None if self.residual is None else self.residual[b.offset:b.offset + b.size]
             b.sml_buf = np.zeros(b.words, np.uint32) if compressing else None
         # a whole parameter's slices, shaped like it: what its gradient is bound to, and where
-        # its weights are copied from (a parameter cut into pieces is contiguous too)
+        # its weights are copied from (a parameter cut into pieces is contiguous in grad_buf
+        # and loc_buf; in comm_buf only when no region lies between its pieces)
         self.grad_views, self._comm_views, self._loc_views = {}, {}, {}
         for key, shape in shapes.items():
             begin = min(s.offset for s in self.slots if s.key == key)
             end = begin + int(np.prod(shape))
             self.grad_views[key] = self.grad_buf[begin:end].reshape(shape)
-            self._comm_views[key] = self.comm_buf[begin:end].reshape(shape)
+            pieces = [(b, s) for b in buckets for s in b.slots if s.key == key]
+            if len(pieces) == 1 or region == 0:
+                b, s = pieces[0]
+                start = b.comm_offset + s.offset - b.offset - s.begin
+                self._comm_views[key] = self.comm_buf[start:start + end - begin].reshape(shape)
+            else:  # [(comm_buf stretch, begin, end)] per piece
+                at = [(b.comm_offset + s.offset - b.offset, s) for b, s in pieces]
+                self._comm_views[key] = [(self.comm_buf[c:c + s.size], s.begin, s.end) for c, s in at]
             if self.loc_buf is not None:
                 self._loc_views[key] = self.loc_buf[begin:end].reshape(shape)
 
@@ -162,7 +177,29 @@ class BucketSet:
         ordered after whatever writes the source (a pull, the local update)."""
         views = self._comm_views if source == "comm" else self._loc_views
         for key, out in self.outs.items():
-            views[key].copyto(out)
+            view = views[key]
+            if isinstance(view, list):  # a parameter cut by a proof region
+                flat = out.reshape((-1,))
+                for piece, begin, end in view:
+                    piece.copyto(flat[begin:end])
+            else:
+                view.copyto(out)
+
+    def grad_to_comm(self):
+        """comm_buf = g(t), bucket by bucket (the proof regions are written per round)."""
+        if self.region == 0:
+            self.grad_buf.copyto(self.comm_buf)
+            return
+        for b in self.buckets:
+            b.grad.copyto(b.comm)
+
+    def comm_to_loc(self):
+        """loc_buf = W(t), the weights pulled into comm_buf."""
+        if self.region == 0:
+            self.comm_buf.copyto(self.loc_buf)
+            return
+        for b in self.buckets:
+            b.comm.copyto(b.loc)
 
     def count_nonfinite(self):
         return codec.count_nonfinite(self.grad_buf)

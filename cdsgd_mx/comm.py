@@ -1,11 +1,14 @@
 """The communication thread: runs each parameter's round (quantize, push, pull) in order, in
 the background, so that the next forward/backward overlaps it.
 
-A round has two phases. Its push phase runs as soon as the thread reaches it; it may return a
-finish function (wait for the servers' acknowledgement, then issue the pull) that the thread
-runs at the next flush, after the push phases of every round submitted before that flush. So
-the pushes of all parameters of a step leave back to back and their acknowledgements travel
-together, instead of one parameter's round trip after another.
+A round has up to three phases. Its push phase runs as soon as the thread reaches it; it may
+return a finish function (wait for the servers' acknowledgement, then issue the pull) that the
+thread runs at the next flush, after the push phases of every round submitted before that
+flush. So the pushes of all parameters of a step leave back to back and their acknowledgements
+travel together, instead of one parameter's round trip after another. A finish function may
+return a check (read what the servers said about the round once the pull has landed), which
+the thread runs after it has told the main thread that the flush's pulls are issued: checks
+cost the main thread no wait, and a failed one is raised at its next call.
 
 Only this thread calls the native kvstore once training runs: MXNet's KVStoreDist is not meant
 to be driven from two Python threads at once.
@@ -22,6 +25,7 @@ class Round:
         self.fn = fn
         self.label = label
         self.issued = threading.Event()
+        self.checked = threading.Event()  # its check (if any) ran too
         self.error = None
 
 
@@ -54,8 +58,10 @@ class Communicator:
         self.raise_if_failed()
 
     def drain(self):
-        """Wait for every submitted round."""
-        self.wait(self.flush())
+        """Wait for every submitted round, its check included."""
+        job = self.flush()
+        job.checked.wait()
+        self.raise_if_failed()
 
     def raise_if_failed(self):
         if self._failed is not None:
@@ -72,16 +78,28 @@ class Communicator:
             job = self._jobs.get()
             if job is None:
                 return
-            if job.fn is None:  # flush: finish the rounds waiting for it, in order
+            if job.fn is None:  # flush: finish the rounds waiting for it, in order, then check them
+                checks, finished = [], [pending for pending, _ in self._pending]
                 for pending, finish in self._pending:
                     if self._failed is None:
                         try:
-                            finish()
+                            check = finish()
+                            if check is not None:
+                                checks.append((pending, check))
                         except BaseException as e:
                             self._fail(pending, e)
                     pending.issued.set()
                 self._pending = []
                 job.issued.set()
+                for pending, check in checks:
+                    if self._failed is None:
+                        try:
+                            check()
+                        except BaseException as e:
+                            self._fail(pending, e)
+                for pending in finished:
+                    pending.checked.set()
+                job.checked.set()
                 continue
             finish = None
             if self._failed is None:
@@ -91,6 +109,7 @@ class Communicator:
                     self._fail(job, e)
             if finish is None:
                 job.issued.set()
+                job.checked.set()
             else:
                 self._pending.append((job, finish))
 

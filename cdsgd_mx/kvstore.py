@@ -213,7 +213,7 @@ class CDSGD(KVStoreBase):
         plan = bucketing.plan([(k, int(np.prod(shapes[k]))) for k in keys], self.bucket_size, self.num_workers,
                               self._backend.num_servers, self._keys, first_state=len(self._slots()))
         bset = bucketing.BucketSet(plan, shapes, dict(zip(keys, outs)), self.algorithm in COMPRESSING,
-                                   self.algorithm in DELAYED)
+                                   self.algorithm in DELAYED, region=self._backend.region)
         # MKL-DNN may keep a parameter in a blocked layout that cannot be sliced: go through
         # numpy copies; only rank 0's values reach the servers (MXNet's init)
         flat = np.empty(bset.size, np.float32)
@@ -227,7 +227,7 @@ class CDSGD(KVStoreBase):
         if self.algorithm in COMPRESSING:
             self._backend.init_payloads(plan)
         for b in plan:
-            self._backend.pull(b.weight_key, b.comm)
+            self._backend.pull(b.weight_key, b.comm_wire)
         bset.scatter("comm")  # W(0) stays in comm_buf: a delayed first step starts from it
         for o in outs:
             o.wait_to_read()
@@ -510,7 +510,7 @@ class CDSGD(KVStoreBase):
         if bset.in_flight is not None:  # cannot happen with the schedules above; kept safe
             self._comm.wait(bset.in_flight)
             bset.in_flight = None
-        bset.grad_buf.copyto(bset.comm_buf)  # pushing grad_buf itself would let MXNet pull into it
+        bset.grad_to_comm()  # pushing grad_buf itself would let MXNet pull into it
         self._comm.submit(lambda: self._round(bset, t), "step %d" % t)
         self._sync_sets.append(bset)
         if not self.driven_by_trainer:
@@ -521,20 +521,22 @@ class CDSGD(KVStoreBase):
         with self.tracer.span("wait W(t)", step=t):
             if bset.in_flight is not None:
                 self._comm.wait(bset.in_flight)   # W(t) is (being) pulled into comm_buf
-            bset.comm_buf.copyto(bset.loc_buf)     # the engine orders this after that pull
+            bset.comm_to_loc()                     # the engine orders this after that pull
         with self.tracer.span("local update", step=t):
             for index, grad, loc in bset.runs:
                 self._local_updater(index, grad, loc)  # eq. 11
             bset.scatter("loc")
-            bset.grad_buf.copyto(bset.comm_buf)    # comm_buf = g(t): backward of t+1 may now write grad_buf
+            bset.grad_to_comm()                    # comm_buf = g(t): backward of t+1 may now write grad_buf
         bset.in_flight = self._comm.submit(lambda: self._round(bset, t), "step %d" % t)
         if not self.driven_by_trainer:
             self._comm.flush()  # do not wait: the round finishes in the background
 
     def _round(self, bset, t):
         """Communication thread, push phase: push g(t) from comm_buf (codes or fp32) bucket by
-        bucket. Returns the finish phase (pull W(t+1)) for codes; fp32 pushes are followed by
-        their pulls at once, since MXNet orders a pull after a push of the same key."""
+        bucket, each with this worker's proof (auth.py). Returns the finish phase: for codes,
+        wait for the acknowledgements and pull W(t+1); for fp32 the pulls are issued at once,
+        since MXNet orders a pull after a push of the same key. The finish phase returns the
+        check of the servers' counts that came back with the pulls."""
         compressed = self.schedule.compressed(t)
         pushed = 0
         for i, b in enumerate(bset.buckets):
@@ -546,17 +548,19 @@ class CDSGD(KVStoreBase):
                                                  % (i, self._names(sorted({s.key for s in b.slots})), t, bad))
                     codec.wire_encode(b.sml_buf, self._backend.wire_row(b.payload_key))
                 with self.tracer.span("push codes", bucket=i, step=t):
+                    self._backend.seal_payload(b)
                     self._backend.push_payload(b.payload_key)
-                pushed += 4 * b.words + 8  # + the row index
+                pushed += self._payload_bytes(b)
             else:
                 with self.tracer.span("push fp32", bucket=i, step=t):
-                    self._backend.push(b.weight_key, b.comm)
-                pushed += 4 * b.size
+                    self._backend.seal(b)
+                    self._backend.push(b.weight_key, b.comm_wire)
+                pushed += 4 * (b.size + bset.region)
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
         if not compressed:
             self._pull(bset, t)
-            return None
+            return lambda: self._check(bset)
         # a pull of the weight key is not ordered after a push to the payload key: request the
         # acknowledgements now, wait for them and pull at the flush
         payload_keys = [b.payload_key for b in bset.buckets]
@@ -566,12 +570,22 @@ class CDSGD(KVStoreBase):
             with self.tracer.span("wait push", step=t):
                 self._backend.wait_acks(payload_keys)
             self._pull(bset, t)
+            return lambda: self._check(bset)
         return finish
+
+    def _check(self, bset):
+        """Communication thread, after the flush's pulls are issued: each bucket's round was
+        applied by its server (the count after the weights went one up), else the job stops."""
+        for b in bset.buckets:
+            self._backend.check_bucket(b)
+
+    def _payload_bytes(self, b):
+        return 4 * (b.words + (auth.TAG_FLOATS if self._backend.region else 0)) + 8  # + the row index
 
     def _pull(self, bset, t):
         start = self.tracer.now_us()
         for b in bset.buckets:
-            self._backend.pull(b.weight_key, b.comm)
+            self._backend.pull(b.weight_key, b.comm_wire)
         # the span ends when the transfer does; recorded without holding up this thread
         self.tracer.watch("pull", bset.comm_buf, start, step=t)
 
@@ -590,7 +604,8 @@ class CDSGD(KVStoreBase):
         """Bytes this worker pushes at step t by the schedule and the buckets (what _round
         counts into bytes_by_step once the step's rounds have run)."""
         compressed = self.schedule.compressed(t)
-        return sum((4 * b.words + 8) if compressed else 4 * b.size for bset in self._sets for b in bset.buckets)
+        return sum(self._payload_bytes(b) if compressed else 4 * (b.size + bset.region)
+                   for bset in self._sets for b in bset.buckets)
 
     def wait_all(self):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""
@@ -619,11 +634,13 @@ class CDSGD(KVStoreBase):
         """W: the current global weights of parameter `key`, pulled from the servers."""
         self.wait_all()
         bset = self._set_of[key]
-        flat = mx.nd.zeros((bset.size,))
         held = [b for b in bset.buckets if any(s.key == key for s in b.slots)]
-        for b in held:
-            self._backend.pull(b.weight_key, flat[b.offset:b.offset + b.size])
-        whole = flat.asnumpy()
+        wires = [mx.nd.zeros((b.size + bset.region,)) for b in held]  # a pull fills the whole stored value
+        for b, wire in zip(held, wires):
+            self._backend.pull(b.weight_key, wire)
+        whole = np.zeros(bset.size, np.float32)
+        for b, wire in zip(held, wires):
+            whole[b.offset:b.offset + b.size] = wire.asnumpy()[:b.size]
         out = np.empty(int(np.prod(bset.shapes[key])), np.float32)
         for b in held:
             for s in b.slots:

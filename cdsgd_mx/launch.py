@@ -18,7 +18,12 @@ server's NIC. Everything binds to loopback (127.0.0.1) unless --host says otherw
 --host, default this machine's address); servers, then workers, go round the hosts over ssh
 (`ssh -o BatchMode=yes [-p P] HOST`), each running in this working directory with this Python
 (install cdsgd-mx and the script at the same paths on every host, or share the file system).
-The servers run the project's server, not MXNet's. The same failure behaviour as here: one node
+The servers run the project's server, not MXNet's.
+
+Each job gets a secret (cdsgd_mx.auth): servers act only on commands that carry its MACs, and
+the start-up handshake checks that every node holds it. It reaches each process through an
+inherited pipe here and on the first line of standard input over ssh: never on a command line
+or in a file. The same failure behaviour as here: one node
 fails, the whole job stops; a node whose ssh connection ends stops its command (cdsgd_mx._node).
 """
 import argparse

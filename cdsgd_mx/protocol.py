@@ -4,14 +4,19 @@ Every bucket (cdsgd_mx.buckets) is small enough for one server (fewer elements t
 MXNET_KVSTORE_BIGARRAY_BOUND, which MXNet reads on the workers) and gets
 - a weight key: the fp32 weights of the bucket's parameters, flat, on its server; full-precision
   gradients are pushed to it and the global weights are pulled from it;
-- a payload key on the same server: a row_sparse float32 [num_workers, ceil(size/16)] key to
+- a payload key on the same server: a row_sparse float32 [num_workers, ceil(size/16) + T] key to
   which each worker pushes its 2-bit codes as its own row (ternary16 wire format).
+On the parameter server every pushed array ends with a proof region (auth.py): a dense key's
+value has num_workers * T more values (worker r's MAC tag at slot r, zeros elsewhere, so the
+server's sum keeps every tag), a payload row has T more columns. The tag covers (kind, rank,
+round, weight key, size); the server answers with its count of the bucket's rounds in the
+region's first value, which the worker checks after each pull.
 MXNet places a key below the bound on server (key * 9973) % num_servers, so keys are picked by
 that rule: both keys of a bucket share a server.
 """
 import os
 
-from . import codec
+from . import auth, codec
 
 PLACEMENT_PRIME = 9973  # MXNet's key-to-server hash (kvstore_dist.h)
 DEFAULT_BIGARRAY_BOUND = 1000 * 1000
@@ -42,9 +47,10 @@ def server_of(key, num_servers):
 
 
 def max_chunk(bound, num_workers):
-    """Largest bucket whose weight key and payload key both stay below the bound."""
-    by_weight = bound - 1
-    by_payload = ((bound - 1) // num_workers) * codec.VALUES_PER_WORD
+    """Largest bucket whose weight key and payload key both stay below the bound, each with
+    its proof region (auth.TAG_FLOATS per worker)."""
+    by_weight = bound - 1 - num_workers * auth.TAG_FLOATS
+    by_payload = ((bound - 1) // num_workers - auth.TAG_FLOATS) * codec.VALUES_PER_WORD
     return max(1, min(by_weight, by_payload))
 
 

@@ -37,7 +37,9 @@ import os
 import sys
 import traceback
 
-from . import auth, protocol
+import numpy as np
+
+from . import auth, codec, protocol
 
 COMMAND_PREFIX = "cdsgd:"
 CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
@@ -61,6 +63,10 @@ class ServerState:
         self.secret = secret      # the job's secret (bytes): handshake tags are checked with it
         self.last_seq = -1        # the highest command sequence number acted on (replays are dropped)
         self.dropped = 0          # messages dropped: not from the job (no or a wrong MAC, a replay)
+        self.num_workers = int(os.environ.get("DMLC_NUM_WORKER", "1"))
+        # the proof after every pushed array (auth.py); none in process (kvstore='local')
+        self.region = self.num_workers * auth.TAG_FLOATS if secret is not None else 0
+        self.rounds = {}          # weight key (or a lone key) -> rounds applied: the count pulls bring back
         self.optimizer = None
         self.updater = None       # MXNet's Updater: the optimizer's state per slot id
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
@@ -125,30 +131,57 @@ class ServerState:
         # once this handler returns; an update that never reads `grad` (a registration round)
         # would otherwise let that merge run on freed memory (seen: a server segfault in Plus).
         grad.wait_to_read()
-        if key in self.payloads:
-            self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
-            return
         if key >= protocol.HANDSHAKE_BASE:  # proof that this server is ours and holds the job's secret
             rows = grad.asnumpy().reshape(-1, auth.TAG_FLOATS)  # the server's arrays are flat
             weight[:] = self.handshake_answer(key, rows).reshape(weight.shape)
             weight.wait_to_read()
             return
+        if key in self.payloads:
+            self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
+            return
+        n = weight.size - self.region
+        if self.region:
+            if not self.proven(key, grad, n):
+                return  # dropped: weights and counts unchanged, so the workers stop (backends.check)
+            grad, whole, weight = grad[0:n], weight, weight[0:n]
         if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
             self.to_assign.discard(key)
             weight[:] = grad
-            weight.wait_to_read()
-            return
-        if key in self.to_register:
+        elif key in self.to_register:
             self.to_register.discard(key)
-            self.weights[key] = weight  # registration round: record only, weight unchanged
+            self.weights[key] = whole if self.region else weight  # registration round: record only
         else:
             self.apply_gradient(key, weight, grad)
+        if self.region:
+            self.count_round(key, whole, n)
         weight.wait_to_read()  # pulls read the store without waiting for the engine
+
+    # -- proof of every push (auth.py) ------------------------------------------------------
+    def proven(self, key, grad, n):
+        """Whether this round of a dense key holds every worker's valid tag for its count;
+        a round that does not is dropped (logged, counted), never acted on."""
+        try:
+            if not (key in self.slots or key in self.tallies or key in self.to_assign or key in self.to_register):
+                return self.drop("a push to key %d, which no command of the job announced" % key)
+            tags = grad[n:].asnumpy().reshape(self.num_workers, auth.TAG_FLOATS)
+            count = self.rounds.get(key, 0)
+            bad = [r for r in range(self.num_workers) if not auth.tag_matches(self.secret, tags[r], "fp32", r, count, key, n)]
+        except Exception as e:  # a shape no worker of the job pushes
+            return self.drop("a push to key %d that is not the job's (%s)" % (key, e))
+        if bad:
+            return self.drop("round %d of key %d without the job's proof from worker rank %s (a push from outside "
+                             "the job?); not applied" % (count, key, ", ".join(map(str, bad))))
+        return True
+
+    def count_round(self, group, stored, n):
+        """One more round of `group` applied: its count goes after the data, where pulls read it."""
+        self.rounds[group] = self.rounds.get(group, 0) + 1
+        stored[n:n + 1] = float(self.rounds[group])
+        stored.wait_to_read()  # pulls read the store without waiting for the engine
 
     def handshake_answer(self, key, rows):
         """rows: [N, TAG_FLOATS], worker r's tag in row r (the others pushed zeros there).
         Row r of the answer: [1 if r's tag checks with this server's secret else -1, MARK, 0...]."""
-        import numpy as np
         answer = np.zeros(rows.shape, np.float32)
         for r in range(rows.shape[0]):
             ok = self.secret is not None and auth.tag_matches(self.secret, rows[r], "handshake", r, key)
@@ -158,11 +191,15 @@ class ServerState:
 
     def receive(self, cmd_id, body):
         """A controller message from the network: act on it only if it is the job's."""
-        text = body.decode("latin1") if isinstance(body, bytes) else body
-        if cmd_id != CONTROLLER_COMMAND_ID or not text.startswith(COMMAND_PREFIX):
-            return self.drop("not a cdsgd_mx command (id %d, %d bytes)" % (cmd_id, len(text)))
-        given, sep, payload = text[len(COMMAND_PREFIX):].partition(":")
-        if not sep or not auth.verify(self.secret, given, "command", payload):
+        try:  # nothing before the MAC check may end the server: anyone can send this
+            text = body.decode("latin1") if isinstance(body, bytes) else str(body)
+            if cmd_id != CONTROLLER_COMMAND_ID or not text.startswith(COMMAND_PREFIX):
+                return self.drop("not a cdsgd_mx command (id %s, %d bytes)" % (cmd_id, len(text)))
+            given, sep, payload = text[len(COMMAND_PREFIX):].partition(":")
+            proven = sep and auth.verify(self.secret, given, "command", payload)
+        except Exception as e:
+            return self.drop("a message that is not a command (%s)" % type(e).__name__)
+        if not proven:
             return self.drop("a command without the job's MAC")
         msg = json.loads(payload)
         if not isinstance(msg.get("seq"), int) or msg["seq"] <= self.last_seq:
@@ -171,9 +208,13 @@ class ServerState:
         self.command(msg)
 
     def drop(self, why):
+        """Count a message that is not the job's; log the first 100, then every 1000th (a flood
+        from outside must not flood the job's output)."""
         self.dropped += 1
-        sys.stderr.write("cdsgd_mx server %d: dropped message %d: %s\n" % (self.rank, self.dropped, why))
-        sys.stderr.flush()
+        if self.dropped <= 100 or self.dropped % 1000 == 0:
+            sys.stderr.write("cdsgd_mx server %d: dropped message %d: %s\n" % (self.rank, self.dropped, why))
+            sys.stderr.flush()
+        return False
 
     # -- checkpoints: the global optimizer and its state per slot ---------------------------
     def save(self, path):
@@ -270,8 +311,6 @@ class ServerState:
     def apply_payload(self, pk, rows, row_ids):
         """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""
         from mxnet import ndarray as nd  # mx.nd is not bound yet while a server imports
-        import numpy as np
-        from . import codec
         wk, n, threshold = self.payloads[pk]
         if wk not in self.weights:
             raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
@@ -279,10 +318,35 @@ class ServerState:
             self._decoded[pk] = nd.zeros((n,), ctx=self.weights[wk].context)
         decoded = self._decoded[pk]
         wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
+        if self.region:
+            if not self.proven_rows(pk, wk, n, wire, row_ids):
+                return
+            wire = np.ascontiguousarray(wire[:, :codec.packed_size(n)])
         if wire.shape[1] != codec.packed_size(n):
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], codec.packed_size(n)))
         codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row
         self.apply_gradient(wk, self.weights[wk], decoded)
+        if self.region:
+            self.count_round(wk, self.weights[wk], n)
+
+    def proven_rows(self, pk, wk, n, wire, row_ids):
+        """Whether every worker pushed exactly its own row, each ending with its valid tag
+        for this round of the bucket (weight key wk)."""
+        try:
+            words = codec.packed_size(n)
+            ranks = [int(r) for r in (row_ids if isinstance(row_ids, np.ndarray) else row_ids.asnumpy())]
+            if wire.shape[1] != words + auth.TAG_FLOATS or sorted(ranks) != list(range(self.num_workers)):
+                return self.drop("a push to payload key %d that is not the job's (rows %s of %d values)"
+                                 % (pk, ranks, wire.shape[1]))
+            count = self.rounds.get(wk, 0)
+            bad = [r for i, r in enumerate(ranks)
+                   if not auth.tag_matches(self.secret, wire[i, words:], "codes", r, count, wk, n)]
+        except Exception as e:
+            return self.drop("a push to payload key %d that is not the job's (%s)" % (pk, e))
+        if bad:
+            return self.drop("round %d of payload key %d without the job's proof from worker rank %s (a push from "
+                             "outside the job?); not applied" % (count, pk, ", ".join(map(str, bad))))
+        return True
 
 
 def _to_numpy(state):

@@ -66,6 +66,16 @@ def command(port, head, body):
     send(port, [meta(head=head, body=body, simple_app=True)])
 
 
+def push(port, key, values):
+    """A dense float32 push of `values` to `key` (one server: the key is the ps-lite key), as
+    KVWorker sends one: head = MXNet's request type for a default push of float32 (0), data
+    frames keys (uint64), values (bytes), lengths (int32)."""
+    import numpy as np
+    frames = [np.array([key], np.uint64).tobytes(), np.asarray(values, np.float32).tobytes(),
+              np.array([4 * len(values)], np.int32).tobytes()]
+    send(port, [meta(head=0, push=True, data_type=(8, 0, 3), data_size=sum(map(len, frames)))] + frames)
+
+
 def raw_bytes(port, data, host="127.0.0.1"):
     """Bytes that are not a ZeroMQ message at all."""
     with socket.create_connection((host, port), timeout=5) as s:

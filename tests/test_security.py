@@ -127,24 +127,42 @@ def _others_readable_files_since(start, roots):
                     yield path
 
 
+def _start_paused_job(tmp_path, marker, algorithm="cdsgd"):
+    """A 2-worker, 1-server job whose workers wait before step 4 until tmp_path/go exists."""
+    go = tmp_path / "go"
+    cfg = dict(CFG, pause_at=[4, str(go)])
+    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "150",
+           "--env", "CDSGD_SECURITY_TEST=" + marker, "--", sys.executable, str(WORKER), "--out", str(tmp_path / "out"),
+           "--config", json.dumps(cfg), "--algorithm", algorithm, "--steps", str(STEPS), "--warmup", str(WARMUP),
+           "--k", str(K), "--threshold", str(T)]
+    job = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while not all(os.path.exists("%s.paused%d" % (go, r)) for r in range(2)):
+        if job.poll() is not None or time.time() > deadline:
+            job.kill()
+            raise AssertionError("the job ended or never paused:\n" + job.communicate()[0][-3000:])
+        time.sleep(0.1)
+    time.sleep(0.3)
+    return job, go
+
+
+def _finish(job, go):
+    go.write_text("go")
+    try:
+        return job.communicate(timeout=150)[0]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+
+
 @pytest.mark.slow
 def test_messages_from_outside_the_job_change_nothing_and_the_secret_leaks_nowhere(tmp_path):
     marker = "%d-%d" % (os.getpid(), time.time_ns())
-    go = tmp_path / "go"
     target = tmp_path / "created-by-a-pickle"
-    cfg = dict(CFG, pause_at=[4, str(go)])
     start = time.time() - 1
-    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "150",
-           "--env", "CDSGD_SECURITY_TEST=" + marker, "--", sys.executable, str(WORKER), "--out", str(tmp_path / "out"),
-           "--config", json.dumps(cfg), "--algorithm", "cdsgd", "--steps", str(STEPS), "--warmup", str(WARMUP),
-           "--k", str(K), "--threshold", str(T)]
-    job = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job, go = _start_paused_job(tmp_path, marker)
     try:
-        deadline = time.time() + 120
-        while not all(os.path.exists("%s.paused%d" % (go, r)) for r in range(2)):
-            assert job.poll() is None and time.time() < deadline, "the job ended or never paused"
-            time.sleep(0.1)
-        time.sleep(0.3)
         secret = open("%s.paused0" % go, "rb").read()
         assert secret and secret == open("%s.paused1" % go, "rb").read()
 
@@ -166,18 +184,15 @@ def test_messages_from_outside_the_job_change_nothing_and_the_secret_leaks_nowhe
         outsider.command(port, outsider.CONTROLLER, (COMMAND_PREFIX + json.dumps({"op": "set_lr", "lr": 100.0})).encode())
         forged = json.dumps({"op": "set_lr", "lr": 100.0, "seq": 10 ** 6})
         outsider.command(port, outsider.CONTROLLER, (COMMAND_PREFIX + "0" * 32 + ":" + forged).encode())
+        outsider.command(port, outsider.CONTROLLER, b"cdsgd:\xff\xfe:{}")
         outsider.raw_bytes(port, b"GET / HTTP/1.0\r\n\r\n" + os.urandom(64))
         time.sleep(1.0)
-        go.write_text("go")
-        out, _ = job.communicate(timeout=150)
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
+        out = _finish(job, go)
     assert job.returncode == 0, out[-4000:]
     assert not target.exists(), "a pickle from the network ran on the server"
-    assert "dropped message 3: a command without the job's MAC" in out, out[-4000:]
-    assert "dropped message 4" not in out, out[-4000:]
+    assert "dropped message 4: a command without the job's MAC" in out, out[-4000:]
+    assert "dropped message 5" not in out, out[-4000:]
     assert "dropped message 1: not a cdsgd_mx command" in out
     # weights unchanged by it: the job trained exactly as the simulation says
     init = [init_value(i, s) for i, s in enumerate(SHAPES)]
@@ -188,3 +203,131 @@ def test_messages_from_outside_the_job_change_nothing_and_the_secret_leaks_nowhe
         for i in range(len(SHAPES)):
             np.testing.assert_allclose(got["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(got["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["ssgd", "cdsgd"])
+def test_a_push_from_outside_the_job_is_never_applied_and_stops_the_job_loudly(tmp_path, algorithm):
+    """MXNet's server counts the outsider's push into the key's round before any Python code
+    runs, so the round closes one push early: the server must not apply it (no proof from one
+    worker), and the worker whose push it swallowed must stop the job instead of training on."""
+    marker = "%d-%d" % (os.getpid(), time.time_ns())
+    job, go = _start_paused_job(tmp_path, marker, algorithm)
+    n = sum(int(np.prod(s)) for s in SHAPES)  # one bucket on one server: weight key 0
+    try:
+        port = outsider.listening_ports(_server_pid(_job_pids(marker)))[0]
+        outsider.push(port, 0, np.concatenate([np.full(n, 100.0, np.float32), np.ones(2 * auth.TAG_FLOATS, np.float32)]))
+        time.sleep(0.5)
+    finally:
+        out = _finish(job, go)
+    assert job.returncode != 0, out[-4000:]
+    assert "dropped message 1: round " in out and "of key 0 without the job's proof" in out, out[-4000:]
+    assert "dropped round" in out and "cannot realign the rounds" in out, out[-4000:]
+    assert "server 0 exited" not in out and "cdsgd_mx server error" not in out, out[-4000:]
+
+
+# ---- where the secret comes from --------------------------------------------------------------
+
+def test_a_node_without_a_secret_or_with_a_readable_file_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv(auth.SECRET_FD, raising=False)
+    monkeypatch.delenv(auth.SECRET_FILE, raising=False)
+    with pytest.raises(auth.SecretError, match="no job secret: start the job with `python -m cdsgd_mx.launch`"):
+        auth._read_secret()
+    path = tmp_path / "secret"
+    path.write_text("abc123")
+    path.chmod(0o644)
+    monkeypatch.setenv(auth.SECRET_FILE, str(path))
+    with pytest.raises(auth.SecretError, match="can be read by other users .mode 644.: chmod 600"):
+        auth._read_secret()
+    path.chmod(0o600)
+    assert auth._read_secret() == b"abc123"
+    r, w = os.pipe()
+    os.write(w, b"from-the-launcher\n")
+    os.close(w)
+    monkeypatch.setenv(auth.SECRET_FD, str(r))
+    assert auth._read_secret() == b"from-the-launcher" and auth.SECRET_FD not in os.environ
+
+
+TRAIN_ONE_STEP = ("import mxnet as mx, cdsgd_mx\n"
+                  "params = mx.gluon.ParameterDict(); p = params.get('w', shape=(3,)); params.initialize()\n"
+                  "tr = cdsgd_mx.Trainer(params, 'sgd', {'learning_rate': 0.1})\n"
+                  "with mx.autograd.record():\n    loss = (p.data() * 2).sum()\n"
+                  "loss.backward(); tr.step(1); tr.wait_all(); print('TRAINED', flush=True)\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("odd_one,expected", [("worker1", "holds another job secret than worker rank "),
+                                              ("server", "holds another job secret than every worker")])
+def test_nodes_with_different_secrets_stop_at_start_up(tmp_path, odd_one, expected):
+    """Nodes started one by one, as MXNet's tools/launch.py does, each with CDSGD_SECRET_FILE."""
+    from cdsgd_mx.launch import free_port
+    files = {}
+    for name, text in (("a", "secret-of-the-job"), ("b", "another-secret")):
+        files[name] = tmp_path / name
+        files[name].write_text(text)
+        files[name].chmod(0o600)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "CDSGD_SECRET"))}
+    base.update(DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(free_port("127.0.0.1")), DMLC_NUM_SERVER="1",
+                DMLC_NUM_WORKER="2", DMLC_INTERFACE="lo", DMLC_NODE_HOST="127.0.0.1", PYTHONUNBUFFERED="1")
+    nodes = [("scheduler", [sys.executable, "-m", "cdsgd_mx.server"], "a"),
+             ("server", [sys.executable, "-m", "cdsgd_mx.server"], "a"),
+             ("worker0", [sys.executable, "-c", TRAIN_ONE_STEP], "a"),
+             ("worker1", [sys.executable, "-c", TRAIN_ONE_STEP], "a")]
+    procs = {}
+    try:
+        for name, cmd, secret in nodes:
+            role = "worker" if name.startswith("worker") else name
+            env = dict(base, DMLC_ROLE=role, CDSGD_SECRET_FILE=str(files["b" if name == odd_one else secret]))
+            procs[name] = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, text=True)
+        outs = {w: procs[w].communicate(timeout=120)[0] for w in ("worker0", "worker1")}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for w, out in outs.items():
+        assert procs[w].returncode != 0 and "TRAINED" not in out, out[-3000:]
+        assert "server 0 " + expected in out, out[-3000:]
+
+
+def test_bytes_that_are_not_text_are_dropped_before_the_mac_check():
+    """A non-ASCII MAC once raised inside hmac.compare_digest, and the server ended itself."""
+    s = ServerState(secret=auth.new_secret().encode())
+    for body in (b"cdsgd:\xff:{}", b"cdsgd:\xc3\xa9" * 40 + b":{}", bytes(range(1, 256)), b"", b"cdsgd:"):
+        s.receive(0, body)
+    assert s.dropped == 5
+
+
+def _pushed(secret, n, count, key, ranks, num_workers, data):
+    """What the server's updater sees: the sum of the workers' pushes, each with its proof."""
+    total = np.zeros(n + num_workers * auth.TAG_FLOATS, np.float32)
+    for r in ranks:
+        region = np.zeros(num_workers * auth.TAG_FLOATS, np.float32)
+        region[r * auth.TAG_FLOATS:(r + 1) * auth.TAG_FLOATS] = auth.tag(secret, "fp32", r, count, key, n)
+        total += np.concatenate([data, region])
+    return total
+
+
+def test_a_round_without_every_workers_proof_changes_nothing(monkeypatch):
+    import mxnet as mx
+    monkeypatch.setenv("DMLC_NUM_WORKER", "2")
+    secret = auth.new_secret().encode()
+    s = ServerState(secret=secret)
+    s.set_optimizer(mx.optimizer.SGD(learning_rate=0.5))
+    n, key = 5, 3
+    s.command({"op": "register", "weights": [], "payloads": {}, "slots": {str(key): [[0, 0, n, 1.0, 1.0]]}})
+    stored = mx.nd.array(np.concatenate([np.ones(n, np.float32), np.zeros(16, np.float32)]))
+    g = np.full(n, 0.25, np.float32)
+    forged = _pushed(secret, n, 0, key, [0], 2, g)  # worker 0's push + one from outside (no proof)
+    s(key, mx.nd.array(forged + np.concatenate([g, np.zeros(16, np.float32)])), stored)
+    assert s.dropped == 1 and (stored.asnumpy() == np.concatenate([np.ones(n), np.zeros(16)])).all()
+    wrong_round = _pushed(secret, n, 1, key, [0, 1], 2, g)  # tags for the next round: a replay's or a shift's
+    s(key, mx.nd.array(wrong_round), stored)
+    assert s.dropped == 2 and stored.asnumpy()[n] == 0
+    s(key, mx.nd.array(_pushed(secret, n, 0, key, [0, 1], 2, g)), stored)
+    got = stored.asnumpy()
+    np.testing.assert_allclose(got[:n], 1 - 0.5 * 2 * 0.25)
+    assert got[n] == 1 and s.dropped == 2  # the count the workers check after their pull
+    s(99, mx.nd.array(_pushed(secret, n, 0, 99, [0, 1], 2, g)), stored)  # a key no command announced
+    assert s.dropped == 3 and stored.asnumpy()[n] == 1
