@@ -82,8 +82,7 @@ def _read_secret():
 
 def mac(secret, *fields):
     """128-bit MAC (hex) over the fields, each written as text and joined by '|'."""
-    msg = "|".join(str(f) for f in fields).encode()
-    return hmac.new(secret, msg, hashlib.sha256).hexdigest()[:2 * MAC_BYTES]
+    return _raw(secret, *fields).hex()
 
 
 def verify(secret, given, *fields):
@@ -91,12 +90,17 @@ def verify(secret, given, *fields):
     return isinstance(given, str) and hmac.compare_digest(given.encode("utf-8", "replace"), mac(secret, *fields).encode())
 
 
+def _raw(secret, *fields):
+    msg = "|".join(str(f) for f in fields).encode()
+    return hmac.new(secret, msg, hashlib.sha256).digest()[:MAC_BYTES]
+
+
 def tag(secret, *fields):
     """The MAC as TAG_FLOATS float32 values, each a 16-bit integer: a float sum with zeros
     (what the server does with the other workers' rows) leaves them exact."""
-    raw = bytes.fromhex(mac(secret, *fields))
-    return np.frombuffer(raw, dtype=">u2").astype(np.float32)
+    return np.frombuffer(_raw(secret, *fields), dtype=">u2").astype(np.float32)
 
 
 def tag_matches(secret, values, *fields):
+    """Whether values (floats from the network) are exactly the tag of the fields."""
     return bool(np.array_equal(np.asarray(values, np.float32), tag(secret, *fields)))

@@ -53,6 +53,7 @@ class DistBackend:
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
         self.region = self.num_workers * auth.TAG_FLOATS  # the proof after each pushed array (auth.py)
         self.rounds = {}    # weight key (or a lone key) -> its rounds the servers applied, as this worker saw
+        self.payload_regions = {}  # payload key -> the proof's part of this worker's row
         self.acks = {}      # payload key -> row_sparse array an empty pull writes (see request_acks)
         self.staging = {}   # payload key -> dense [N, words]: this worker's codes in its own row
         self.rows = {}      # payload key -> this worker's row of its staging array
@@ -82,14 +83,21 @@ class DistBackend:
         return region
 
     def seal(self, bucket):
-        """The proof of this fp32 round of the bucket, after its data in comm_buf."""
-        bucket.comm_wire[bucket.size:] = mx.nd.array(self.proof(bucket.weight_key, bucket.size, "fp32"))
+        """Before a round of the bucket is pushed: its proof after the data in comm_buf and
+        after the codes in this worker's payload row. Normally already written, off the
+        critical path, by the check of the round before (check_bucket)."""
+        if bucket.sealed_for != self.rounds.get(bucket.weight_key, 0):
+            self._seal_next(bucket)
 
-    def seal_payload(self, bucket):
-        """The proof of this compressed round, after the codes in this worker's payload row."""
-        row = self.rows[bucket.payload_key]
-        row[bucket.words:] = mx.nd.array(auth.tag(self.secret, "codes", self.rank, self.rounds.get(bucket.weight_key, 0),
-                                                  bucket.weight_key, bucket.size))
+    def _seal_next(self, bucket):
+        """Write both proofs for the bucket's next round: synchronous copies into the regions,
+        which no engine op reads or writes until the next push (pulls come after it)."""
+        wk, count = bucket.weight_key, self.rounds.get(bucket.weight_key, 0)
+        bucket.comm_region._sync_copyfrom(self.proof(wk, bucket.size, "fp32"))
+        if bucket.payload_key in self.rows:
+            self.payload_regions[bucket.payload_key]._sync_copyfrom(
+                auth.tag(self.secret, "codes", self.rank, count, wk, bucket.size))
+        bucket.sealed_for = count
 
     def check(self, group, status):
         """After the pull that follows this worker's push to `group`: the server's count of the
@@ -106,8 +114,10 @@ class DistBackend:
         self.rounds[group] = expected
 
     def check_bucket(self, bucket):
-        """check() with the count the pull brought back after the bucket's weights (waits for it)."""
-        self.check(bucket.weight_key, float(bucket.comm_wire[bucket.size:bucket.size + 1].asnumpy()[0]))
+        """check() with the count the pull brought back after the bucket's weights (waits for
+        it), then the proofs of the next round (communication thread, after the flush)."""
+        self.check(bucket.weight_key, float(bucket.comm_status.asnumpy()[0]))
+        self._seal_next(bucket)
 
     def round_trip(self, key, data):
         """One proven round of a dense key outside the training steps (start-up, votes,
@@ -134,6 +144,7 @@ class DistBackend:
             self.staging[b.payload_key] = mx.nd.zeros((n, width))
             self.rows[b.payload_key] = self.staging[b.payload_key][self.rank]
             self.codes[b.payload_key] = self.rows[b.payload_key][:b.words]
+            self.payload_regions[b.payload_key] = self.rows[b.payload_key][b.words:]
             self.payloads[b.payload_key] = mx.nd.sparse.row_sparse_array(
                 (mx.nd.ones((1, width)), mx.nd.array([self.rank], dtype="int64")), shape=(n, width))
             self.acks[b.payload_key] = mx.nd.sparse.zeros("row_sparse", (n, width))
@@ -311,9 +322,6 @@ class LocalBackend:
         return self.staging[key][0]
 
     def seal(self, bucket):
-        pass
-
-    def seal_payload(self, bucket):
         pass
 
     def check_bucket(self, bucket):

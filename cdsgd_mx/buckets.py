@@ -127,6 +127,10 @@ class BucketSet:
             b.comm_offset = b.offset + i * region
             b.comm = self.comm_buf[b.comm_offset:b.comm_offset + b.size]
             b.comm_wire = self.comm_buf[b.comm_offset:b.comm_offset + b.size + region]  # what is pushed and pulled
+            end = b.comm_offset + b.size
+            b.comm_region = self.comm_buf[end:end + region] if region else None  # this worker's proof, then
+            b.comm_status = self.comm_buf[end:end + 1] if region else None       # the server's count
+            b.sealed_for = None  # the round whose proof the regions hold (backends.DistBackend.seal)
             b.loc = None if self.loc_buf is None else self.loc_buf[b.offset:b.offset + b.size]
             b.residual = None if self.residual is None else self.residual[b.offset:b.offset + b.size]
             b.sml_buf = np.zeros(b.words, np.uint32) if compressing else None

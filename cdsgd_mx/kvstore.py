@@ -345,6 +345,8 @@ class CDSGD(KVStoreBase):
         for bset, saved in zip(self._sets, sets):
             bset.t = saved["t"]
             bset.comm_buf[:] = saved["comm_buf"]
+            for b in bset.buckets:
+                b.sealed_for = None  # the saved proof regions are another job's
             if saved["residual"] is not None:
                 bset.residual[:] = saved["residual"]
             bset.in_flight = self._comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
@@ -548,7 +550,7 @@ class CDSGD(KVStoreBase):
                                                  % (i, self._names(sorted({s.key for s in b.slots})), t, bad))
                     codec.wire_encode(b.sml_buf, self._backend.wire_row(b.payload_key))
                 with self.tracer.span("push codes", bucket=i, step=t):
-                    self._backend.seal_payload(b)
+                    self._backend.seal(b)
                     self._backend.push_payload(b.payload_key)
                 pushed += self._payload_bytes(b)
             else:

@@ -28,6 +28,7 @@ fails, the whole job stops; a node whose ssh connection ends stops its command (
 """
 import argparse
 import os
+import random
 import re
 import shlex
 import signal
@@ -66,6 +67,20 @@ def port_taken(host, port):
 
 
 def free_port(host):
+    """A free port for the scheduler, below the kernel's ephemeral range where one exists. The
+    other nodes bind port 0, i.e. an ephemeral port: one released here could be handed to a
+    server before the scheduler binds it, and the workers would greet that server as their
+    scheduler (seen once: ps-lite's "Check failed: is_scheduler_" in a server)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    rng = random.Random()
+    for _ in range(200 if low > 11000 else 0):
+        port = rng.randrange(10000, low)
+        if not port_taken(host, port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

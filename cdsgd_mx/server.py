@@ -31,10 +31,14 @@ Commands (sent by worker rank 0 as MXNet controller commands, id 0):
 Handshake keys (protocol.handshake_keys, no command needed): each worker pushes its MAC tag in
 its own row; the update answers, per row, whether the tag checks, and a mark only this server
 writes (handshake_answer).
+Every other push ends with a proof region (protocol.py, docs/design.md "Authenticated pushes"):
+a round acts only when every worker's tag checks for the bucket's round count (proven,
+proven_rows); the new count is written after the data (count_round) for the workers to check.
 """
 import json
 import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -67,6 +71,9 @@ class ServerState:
         # the proof after every pushed array (auth.py); none in process (kvstore='local')
         self.region = self.num_workers * auth.TAG_FLOATS if secret is not None else 0
         self.rounds = {}          # weight key (or a lone key) -> rounds applied: the count pulls bring back
+        self._status = {}         # the same -> where that count is stored (a view of the stored value)
+        self.proof_seconds = 0.0  # time spent checking proofs and writing counts (the benchmark reports it)
+        self.proof_rounds = 0
         self.optimizer = None
         self.updater = None       # MXNet's Updater: the optimizer's state per slot id
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
@@ -141,8 +148,11 @@ class ServerState:
             return
         n = weight.size - self.region
         if self.region:
+            start = time.perf_counter()
             if not self.proven(key, grad, n):
                 return  # dropped: weights and counts unchanged, so the workers stop (backends.check)
+            self.count_round(key, weight, n)  # queued now, waited for with the update below
+            self.proof_seconds += time.perf_counter() - start
             grad, whole, weight = grad[0:n], weight, weight[0:n]
         if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
             self.to_assign.discard(key)
@@ -152,9 +162,7 @@ class ServerState:
             self.weights[key] = whole if self.region else weight  # registration round: record only
         else:
             self.apply_gradient(key, weight, grad)
-        if self.region:
-            self.count_round(key, whole, n)
-        weight.wait_to_read()  # pulls read the store without waiting for the engine
+        (whole if self.region else weight).wait_to_read()  # pulls read the store without waiting for the engine
 
     # -- proof of every push (auth.py) ------------------------------------------------------
     def proven(self, key, grad, n):
@@ -174,10 +182,15 @@ class ServerState:
         return True
 
     def count_round(self, group, stored, n):
-        """One more round of `group` applied: its count goes after the data, where pulls read it."""
+        """One more round of `group` applied: its count goes after the data, where pulls read it
+        (an engine op: the caller waits for the stored array before the server answers)."""
+        from mxnet import ndarray as nd
         self.rounds[group] = self.rounds.get(group, 0) + 1
-        stored[n:n + 1] = float(self.rounds[group])
-        stored.wait_to_read()  # pulls read the store without waiting for the engine
+        self.proof_rounds += 1
+        view = self._status.get(group)
+        if view is None:  # MXNet keeps a key's stored array for the job's life: one view serves
+            view = self._status[group] = stored[n:n + 1]
+        nd._internal._set_value(src=float(self.rounds[group]), out=view)
 
     def handshake_answer(self, key, rows):
         """rows: [N, TAG_FLOATS], worker r's tag in row r (the others pushed zeros there).
@@ -319,15 +332,17 @@ class ServerState:
         decoded = self._decoded[pk]
         wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
         if self.region:
+            start = time.perf_counter()
             if not self.proven_rows(pk, wk, n, wire, row_ids):
                 return
             wire = np.ascontiguousarray(wire[:, :codec.packed_size(n)])
         if wire.shape[1] != codec.packed_size(n):
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], codec.packed_size(n)))
+        if self.region:
+            self.count_round(wk, self.weights[wk], n)  # waited for by apply_gradient
+            self.proof_seconds += time.perf_counter() - start
         codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row
         self.apply_gradient(wk, self.weights[wk], decoded)
-        if self.region:
-            self.count_round(wk, self.weights[wk], n)
 
     def proven_rows(self, pk, wk, n, wire, row_ids):
         """Whether every worker pushed exactly its own row, each ending with its valid tag
@@ -412,6 +427,8 @@ def run_node():
     proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     ctrl = proto(_controller(state, kv))
     check_call(_LIB.MXKVStoreRunServer(kv.handle, ctrl, None))
+    if os.environ.get("CDSGD_PROOF_STATS") and state.proof_rounds:  # python -m cdsgd_mx.bench.comm asks
+        print("PROOF_STATS %s" % json.dumps({"rounds": state.proof_rounds, "seconds": state.proof_seconds}), flush=True)
 
 
 def serve_if_not_worker():

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from cdsgd_mx import codec
+from cdsgd_mx import auth, codec, protocol
+from cdsgd_mx.bench.comm import build_model
+from cdsgd_mx.buckets import plan
 
 pytestmark = pytest.mark.slow
 
@@ -23,11 +25,15 @@ def test_one_round_of_stock_and_ours_side_by_side(tmp_path):
     values = data["models"]["lenet5"]["trained_values"]
     for system in ("stock_fp32", "stock_2bit", "ssgd", "bitsgd"):
         assert run["systems"][system]["ms"] > 0, run["systems"][system]
-    assert run["systems"]["ssgd"]["bytes_per_round"] == 4 * values
-    # 2-bit: 0.25 B/value, plus per bucket its last word's padding and 8 bytes of row index
+    sizes = [int(p.data().size) for p in build_model("lenet5").collect_params().values() if p.grad_req != "null"]
+    buckets = len(plan(list(enumerate(sizes)), 20000, 2, 1, protocol.Keys(1)))
+    proof = 4 * auth.TAG_FLOATS  # bytes of one worker's tag (auth.py)
+    # fp32: 4 B/value, plus per bucket the proof region (a slot per worker, 2 workers)
+    assert run["systems"]["ssgd"]["bytes_per_round"] == 4 * values + 2 * proof * buckets
+    # 2-bit: 0.25 B/value, plus per bucket its last word's padding, 8 bytes of row index and its tag
     bits = run["systems"]["bitsgd"]["bytes_per_round"]
-    buckets = -(-values // 20000)
-    assert 4 * codec.packed_size(values) <= bits <= 4 * codec.packed_size(values) + 12 * buckets
+    low = 4 * codec.packed_size(values) + (8 + proof) * buckets
+    assert low <= bits <= low + 4 * buckets
 
 
 @pytest.mark.parametrize("args,message", [

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simulate import simulate  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
-from cdsgd_mx import buckets, codec, protocol  # noqa: E402
+from cdsgd_mx import auth, buckets, codec, protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "workers" / "engine_worker.py"
@@ -135,11 +135,14 @@ def test_bytes_pushed_match_the_wire_format(tmp_path):
     plan = buckets.plan(list(enumerate(sizes)), buckets.DEFAULT_BUCKET_SIZE, 2, 2, protocol.Keys(2), bound=BOUND)
     assert sorted((s.key, s.begin, s.end) for b in plan for s in b.slots) == \
         sorted([(0, 0, 37), (1, 0, 35), (3, 0, 1)] + [(2, b, e) for b, e in ((0, 350), (350, 700))])
-    fp32 = 4 * sum(sizes)
-    codes = sum(4 * codec.packed_size(b.size) + 8 for b in plan)
-    assert codes <= 0.25 * sum(sizes) + (4 + 8) * len(plan)  # 0.25 B/value + padding and row index per bucket
+    proof = 4 * auth.TAG_FLOATS  # one worker's tag after each pushed array (auth.py)
+    fp32 = 4 * sum(sizes) + 2 * proof * len(plan)  # a dense push carries a slot per worker
+    codes = sum(4 * codec.packed_size(b.size) + 8 + proof for b in plan)
+    # 0.25 B/value + padding, row index and tag per bucket
+    assert codes <= 0.25 * sum(sizes) + (4 + 8 + proof) * len(plan)
     want = [codes if (t >= WARMUP and (t - WARMUP) % K != 0) else fp32 for t in range(STEPS)]
     for r in range(2):
         assert got[r]["bytes"].tolist() == want
         assert got[r]["bytes_expected"].tolist() == want  # the kvstore's own accounting agrees
-    assert codes * 10 < fp32  # 0.25 B/value (+ row indices) against 4
+    # the values: 0.25 B each against 4 (the per-bucket index and proofs are fixed costs, checked above)
+    assert (codes - (8 + proof) * len(plan)) * 10 < fp32 - 2 * proof * len(plan)

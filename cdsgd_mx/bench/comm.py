@@ -180,14 +180,104 @@ def run_job(args, model, link, system):
             "--rounds", str(args.rounds)]
     if args.bucket_size:
         cmd += ["--bucket-size", str(args.bucket_size)]
-    env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND="1000000")
+    env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND="1000000", CDSGD_PROOF_STATS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     found = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
     if proc.returncode != 0 or len(found) < args.workers:
         return {"error": failure_reason(proc)}
     worst = max(found, key=lambda r: r["ms"])
-    return {"ms": worst["ms"], "workers": sorted(found, key=lambda r: r["rank"]),
-            "bytes_per_round": worst["bytes_per_round"]}
+    result = {"ms": worst["ms"], "workers": sorted(found, key=lambda r: r["rank"]),
+              "bytes_per_round": worst["bytes_per_round"]}
+    proofs = [json.loads(l.split("PROOF_STATS ", 1)[1]) for l in proc.stdout.splitlines() if "PROOF_STATS " in l]
+    if proofs:  # the servers' proof checks, per round of one bucket, measured in the job itself
+        result["server_proof_us"] = 1e6 * sum(p["seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
+    return result
+
+
+def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
+    """Microseconds of the proof work one round adds (auth.py), by the project's own calls on
+    the model's bucket plan. Returns (push, check, server):
+      push   on a worker before its pushes (the proofs are normally written already: the
+             check of the round before wrote them): on the round's critical path;
+      check  on a worker after the flush's pulls are issued: reading the server's count and
+             writing the next proofs, in the communication thread, while the main thread goes
+             on (off the critical path unless the next round is already waiting);
+      server reading each bucket's proof region, checking every worker's tag, writing the new
+             count: on the critical path (the server answers after its update). Summed over
+             buckets: with more than one server they run in parallel, so this is an upper bound.
+    The waits for the pull's data itself are not the proof's."""
+    import mxnet as mx
+    import numpy as np
+    from .. import auth, buckets as bucketing, protocol
+    from ..backends import DistBackend
+    from ..server import ServerState
+    sizes = [int(p.data().size) for p in build_model(model).collect_params().values() if p.grad_req != "null"]
+    plan = bucketing.plan(list(enumerate(sizes)), bucket_size or bucketing.DEFAULT_BUCKET_SIZE, workers, servers,
+                          protocol.Keys(servers), bound=protocol.DEFAULT_BIGARRAY_BOUND)
+    region = workers * auth.TAG_FLOATS
+    bucketing.BucketSet(plan, {k: (n,) for k, n in enumerate(sizes)},  # gives each bucket its comm_buf views
+                               {k: mx.nd.zeros((n,)) for k, n in enumerate(sizes)}, False, False, region=region)
+    secret = auth.new_secret().encode()
+    backend = DistBackend.__new__(DistBackend)  # the proof calls only, no kvstore
+    backend.secret, backend.rank, backend.num_workers = secret, 0, workers
+    backend.region, backend.rounds, backend.rows = region, {}, {}
+    os.environ["DMLC_NUM_WORKER"] = str(workers)
+    server = ServerState(secret=secret)
+    for b in plan:
+        server.slots[b.weight_key] = [(b.weight_key, 0, b.size)]
+    stored = {b.weight_key: mx.nd.zeros((b.size + region,)) for b in plan}
+    for b in plan:
+        backend.seal(b)  # the first round's proofs (later ones: by each check)
+    mx.nd.waitall()
+    push_s = check_s = server_s = 0.0
+    for _ in range(repeats):
+        sums = []
+        for b in plan:  # what the server's update sees: every worker's tag in its slot
+            tags = np.zeros(region, np.float32)
+            for r in range(workers):
+                tags[r * auth.TAG_FLOATS:(r + 1) * auth.TAG_FLOATS] = auth.tag(
+                    secret, "fp32", r, server.rounds.get(b.weight_key, 0), b.weight_key, b.size)
+            sums.append(mx.nd.array(np.concatenate([np.zeros(b.size, np.float32), tags])))
+        mx.nd.waitall()
+        t0 = time.perf_counter()
+        for b in plan:
+            backend.seal(b)
+        t1 = time.perf_counter()
+        for b, grad in zip(plan, sums):
+            assert server.proven(b.weight_key, grad, b.size)
+            server.count_round(b.weight_key, stored[b.weight_key], b.size)
+        t2 = time.perf_counter()
+        for b in plan:  # the pull brings the count back into comm_buf
+            stored[b.weight_key][b.size:b.size + 1].copyto(b.comm_status)
+        mx.nd.waitall()
+        t3 = time.perf_counter()
+        for b in plan:
+            backend.check_bucket(b)
+        t4 = time.perf_counter()
+        push_s, server_s, check_s = push_s + t1 - t0, server_s + t2 - t1, check_s + t4 - t3
+    proof_cost.buckets_per_server = max(sum(1 for b in plan if b.server == s) for s in range(servers))
+    return tuple(1e6 * x / repeats for x in (push_s, check_s, server_s)) + (len(plan),)
+
+
+def print_proof_costs(args, results):
+    """What the proof of every push (auth.py) adds to a round, on its critical path: the servers'
+    checks (measured inside the jobs above: time per round of one bucket, times the buckets of
+    the busiest server) and a worker's work before its pushes (measured here in process; the
+    proofs are written ahead by the check of the round before, which runs after the pulls are
+    issued, beside the next step)."""
+    print("\nproof of every push (auth.py), added to a round's critical path:")
+    for model in args.models:
+        push_us, check_us, _, _ = proof_cost(model, args.workers, args.servers, args.bucket_size, repeats=50)
+        plan_buckets = proof_cost.buckets_per_server
+        shares = []
+        for link in args.bandwidth:
+            for system in OURS:
+                r = results.get((model, link), {}).get(system, {})
+                if r.get("ms") and r.get("server_proof_us") is not None:
+                    us = push_us + r["server_proof_us"] * plan_buckets
+                    shares.append("%s %s %.0f us = %.2f%%" % (link, system, us, 100 * us / 1e3 / r["ms"]))
+        print("  %s (%d bucket(s) on the busiest server): %s; a worker's check after the pulls %.0f us" % (
+            model, plan_buckets, ", ".join(shares) or "no round measured", check_us))
 
 
 def bounds(info, link, workers):
@@ -257,6 +347,7 @@ def leader(args):
         print(("%.1f ms" % r["ms"]) if "ms" in r else "failed: " + r["error"],
               "(job %.0f s)" % (time.time() - t0), flush=True)
     print_table(args, infos, results)
+    print_proof_costs(args, results)
     if args.json:
         out = {"workers": args.workers, "servers": args.servers, "rounds": args.rounds,
                "bucket_size": args.bucket_size, "models": infos, "runs": []}

@@ -38,7 +38,7 @@ def main():
         if t == 3 and args.fault == "corrupt" and rank == 0:
             bucket = trainer.kvstore._sets[0].buckets[0]
             trainer.kvstore._backend.wire_row(bucket.payload_key)[:] = np.nan
-            trainer.kvstore._backend.seal_payload(bucket)  # the job's own push: with its proof
+            trainer.kvstore._backend.seal(bucket)  # the job's own push: with its proof
             trainer.kvstore._backend.push_payload(bucket.payload_key)
         if t == 3 and args.fault == "die" and rank == 1:
             os.kill(os.getpid(), signal.SIGKILL)
