@@ -562,7 +562,7 @@ class CDSGD(KVStoreBase):
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
         if not compressed:
             self._pull(bset, t)
-            return lambda: self._check(bset)
+            return lambda: (lambda: self._check(bset))  # nothing left to finish; check after the flush
         # a pull of the weight key is not ordered after a push to the payload key: request the
         # acknowledgements now, wait for them and pull at the flush
         payload_keys = [b.payload_key for b in bset.buckets]
@@ -640,6 +640,7 @@ class CDSGD(KVStoreBase):
         wires = [mx.nd.zeros((b.size + bset.region,)) for b in held]  # a pull fills the whole stored value
         for b, wire in zip(held, wires):
             self._backend.pull(b.weight_key, wire)
+            b.sealed_for = None  # MXNet pulls into the array pushed last (comm.h): comm_buf's proof is gone
         whole = np.zeros(bset.size, np.float32)
         for b, wire in zip(held, wires):
             whole[b.offset:b.offset + b.size] = wire.asnumpy()[:b.size]
