@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 
-from .auth import SECRET_FD
+from .auth import handed_over
 
 
 def stop_group(child, grace=3.0):
@@ -45,13 +45,9 @@ def main(argv=None):
     secret = sys.stdin.buffer.readline().strip()
     if not secret:  # the launcher is gone already (or is not ours): start nothing
         sys.exit("cdsgd_mx._node: no job secret on standard input; not starting %s" % argv[0])
-    r, w = os.pipe()
-    os.write(w, secret)
-    os.close(w)
-    env, fds = dict(os.environ, **{SECRET_FD: str(r)}), (r,)
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, pass_fds=fds)
-    for fd in fds:
-        os.close(fd)
+    env, fd = handed_over(secret, os.environ)
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, pass_fds=(fd,))
+    os.close(fd)
 
     def watch_connection():
         while sys.stdin.buffer.read(4096):

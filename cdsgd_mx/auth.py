@@ -34,6 +34,15 @@ def new_secret():
     return secrets.token_hex(32)
 
 
+def handed_over(secret, env):
+    """A pipe holding the secret for a process about to start: (its environment, naming the
+    descriptor in SECRET_FD; the read end to pass to it and then close here)."""
+    r, w = os.pipe()
+    os.write(w, secret)
+    os.close(w)
+    return dict(env, **{SECRET_FD: str(r)}), r
+
+
 def job_secret():
     """This process's job secret (bytes), read once: the pipe is consumed by reading it."""
     global _secret

@@ -288,7 +288,7 @@ class LocalBackend:
             self.staging[b.payload_key] = np.zeros((1, b.words), np.float32)
 
     def command(self, msg):
-        self.server.command(json.loads(json.dumps(msg)))
+        self.server.command(json.dumps(msg))
 
     def assign(self, values):
         for k, v in values.items():

@@ -18,13 +18,13 @@ server's NIC. Everything binds to loopback (127.0.0.1) unless --host says otherw
 --host, default this machine's address); servers, then workers, go round the hosts over ssh
 (`ssh -o BatchMode=yes [-p P] HOST`), each running in this working directory with this Python
 (install cdsgd-mx and the script at the same paths on every host, or share the file system).
-The servers run the project's server, not MXNet's.
-
-Each job gets a secret (cdsgd_mx.auth): servers act only on commands that carry its MACs, and
-the start-up handshake checks that every node holds it. It reaches each process through an
-inherited pipe here and on the first line of standard input over ssh: never on a command line
-or in a file. The same failure behaviour as here: one node
+The servers run the project's server, not MXNet's. The same failure behaviour as here: one node
 fails, the whole job stops; a node whose ssh connection ends stops its command (cdsgd_mx._node).
+
+Each job gets a secret (cdsgd_mx.auth): servers act only on what carries its MACs, and the
+start-up handshake checks that every node holds it. It reaches each process through an
+inherited pipe here and on the first line of standard input over ssh: never on a command line
+or in a file.
 """
 import argparse
 import os
@@ -102,10 +102,8 @@ class Job:
         on that pipe (over ssh), else a pipe of its own the process inherits (auth.SECRET_FD)."""
         fds = ()
         if secret is not None and not keep_stdin:
-            r, w = os.pipe()
-            os.write(w, secret.encode())
-            os.close(w)
-            env, fds = dict(env, **{auth.SECRET_FD: str(r)}), (r,)
+            env, fd = auth.handed_over(secret.encode(), env)
+            fds = (fd,)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.PIPE if keep_stdin else subprocess.DEVNULL,
                                 start_new_session=True, pass_fds=fds)

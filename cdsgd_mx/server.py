@@ -172,13 +172,18 @@ class ServerState:
             if not (key in self.slots or key in self.tallies or key in self.to_assign or key in self.to_register):
                 return self.drop("a push to key %d, which no command of the job announced" % key)
             tags = grad[n:].asnumpy().reshape(self.num_workers, auth.TAG_FLOATS)
-            count = self.rounds.get(key, 0)
-            bad = [r for r in range(self.num_workers) if not auth.tag_matches(self.secret, tags[r], "fp32", r, count, key, n)]
+            return self._tags_check("key %d" % key, "fp32", key, n, enumerate(tags))
         except Exception as e:  # a shape no worker of the job pushes
             return self.drop("a push to key %d that is not the job's (%s)" % (key, e))
+
+    def _tags_check(self, what, kind, group, n, tags):
+        """tags: (rank, its tag values) of every worker; each must be its MAC for this round of
+        `group`, else the round is dropped."""
+        count = self.rounds.get(group, 0)
+        bad = [r for r, values in tags if not auth.tag_matches(self.secret, values, kind, r, count, group, n)]
         if bad:
-            return self.drop("round %d of key %d without the job's proof from worker rank %s (a push from outside "
-                             "the job?); not applied" % (count, key, ", ".join(map(str, bad))))
+            return self.drop("round %d of %s without the job's proof from worker rank %s (a push from outside the "
+                             "job?); not applied" % (count, what, ", ".join(map(str, bad))))
         return True
 
     def count_round(self, group, stored, n):
@@ -336,11 +341,10 @@ class ServerState:
             if not self.proven_rows(pk, wk, n, wire, row_ids):
                 return
             wire = np.ascontiguousarray(wire[:, :codec.packed_size(n)])
-        if wire.shape[1] != codec.packed_size(n):
-            raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], codec.packed_size(n)))
-        if self.region:
             self.count_round(wk, self.weights[wk], n)  # waited for by apply_gradient
             self.proof_seconds += time.perf_counter() - start
+        if wire.shape[1] != codec.packed_size(n):
+            raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], codec.packed_size(n)))
         codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row
         self.apply_gradient(wk, self.weights[wk], decoded)
 
@@ -353,15 +357,10 @@ class ServerState:
             if wire.shape[1] != words + auth.TAG_FLOATS or sorted(ranks) != list(range(self.num_workers)):
                 return self.drop("a push to payload key %d that is not the job's (rows %s of %d values)"
                                  % (pk, ranks, wire.shape[1]))
-            count = self.rounds.get(wk, 0)
-            bad = [r for i, r in enumerate(ranks)
-                   if not auth.tag_matches(self.secret, wire[i, words:], "codes", r, count, wk, n)]
+            return self._tags_check("payload key %d" % pk, "codes", wk, n,
+                                    ((r, wire[i, words:]) for i, r in enumerate(ranks)))
         except Exception as e:
             return self.drop("a push to payload key %d that is not the job's (%s)" % (pk, e))
-        if bad:
-            return self.drop("round %d of payload key %d without the job's proof from worker rank %s (a push from "
-                             "outside the job?); not applied" % (count, pk, ", ".join(map(str, bad))))
-        return True
 
 
 def _to_numpy(state):
