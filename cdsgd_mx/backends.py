@@ -9,7 +9,7 @@ import sys
 import mxnet as mx
 import numpy as np
 
-from . import auth, optimizer_spec, protocol
+from . import auth, heartbeat, optimizer_spec, protocol
 from .server import COMMAND_PREFIX, ServerState
 
 
@@ -47,7 +47,9 @@ class DistBackend:
         """store: 'dist_sync', or a dist_sync KVStore the script already made (one per process)."""
         _exit_on_uncaught_exception()
         self.secret = auth.job_secret()  # before MXNet's start-up barrier: a missing one fails alone
-        self.kv = mx.kv.create(store) if isinstance(store, str) else store
+        heartbeat.start()
+        with heartbeat.waiting("start-up: every node of the job to register with the scheduler"):
+            self.kv = mx.kv.create(store) if isinstance(store, str) else store
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
@@ -68,7 +70,8 @@ class DistBackend:
 
     def init(self, keys, values):
         """values: the data; each key stores it followed by a zero proof region."""
-        self.kv.init(keys, [self._padded(v) for v in values])  # one barrier for all
+        with heartbeat.waiting("start-up: the barrier after the parameters' init"):
+            self.kv.init(keys, [self._padded(v) for v in values])  # one barrier for all
 
     def _padded(self, value):
         return mx.nd.concat(value.reshape((-1,)), mx.nd.zeros((self.region,)), dim=0)
@@ -127,7 +130,8 @@ class DistBackend:
         self.kv.push(key, wire)
         back = mx.nd.zeros(wire.shape)
         self.kv.pull(key, out=back)  # ordered after this worker's push of the same key
-        values = back.asnumpy()
+        with heartbeat.waiting("a round of key %d (start-up, vote or restore)" % key):
+            values = back.asnumpy()
         self.check(key, float(values[data.size]))
         return values[:data.size]
 
@@ -156,7 +160,8 @@ class DistBackend:
         if self.rank == 0:
             body = json.dumps(dict(msg, seq=next(_command_numbers)))
             self.kv._send_command_to_servers(0, COMMAND_PREFIX + auth.mac(self.secret, "command", body) + ":" + body)
-        self.kv._barrier()
+        with heartbeat.waiting("the barrier after command %r" % msg.get("op")):
+            self.kv._barrier()
 
     def register(self, buckets, threshold, compressing):
         """Tell the servers which parameters each bucket holds and, when compressing, which

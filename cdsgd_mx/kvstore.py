@@ -34,7 +34,7 @@ import numpy as np
 from mxnet.kvstore import KVStoreBase
 
 from . import buckets as bucketing
-from . import auth, codec, optimizer_spec, protocol
+from . import auth, codec, heartbeat, optimizer_spec, protocol
 from .backends import DistBackend, LocalBackend
 from .comm import CommError, Communicator
 from .schedule import ALGORITHMS, COMPRESSING, DELAYED, Schedule
@@ -151,7 +151,7 @@ class CDSGD(KVStoreBase):
         self._updates = 0            # steps not skipped: the global optimizer's updates so far
         self.param_names = None      # set by the Trainer, for the start-up check and messages
         self._comm = Communicator()
-        atexit.register(self.close)  # stop the communication thread before MXNet shuts down
+        atexit.register(self._at_exit)  # stop the communication thread before MXNet shuts down
         self.tracer = Tracer(trace, pid=self._backend.rank)
         self.bytes_pushed = 0        # all pushes of this worker since creation
         self.bytes_by_step = {}      # step -> bytes pushed by this worker at that step
@@ -262,8 +262,10 @@ class CDSGD(KVStoreBase):
                 raise ValueError("parameters %s were fused into buckets with %s: push them all in one pushpull "
                                  "call every step" % (self._names(missing), self._names([k for k in bset.keys if k in given])))
         self._ensure_registered()
+        heartbeat.set_phase("train")
         step = self._calls
         self._calls += 1
+        heartbeat.set_step(self._calls, self.rank)  # steps begun: the watchdog compares them across workers
         grads = dict(zip(keys, grads))
         for bset in sets:
             bset.outs.update((k, o) for k, o in zip(keys, outs) if k in bset.outs)
@@ -562,24 +564,26 @@ class CDSGD(KVStoreBase):
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
         if not compressed:
             self._pull(bset, t)
-            return lambda: (lambda: self._check(bset))  # nothing left to finish; check after the flush
+            return lambda: (lambda: self._check(bset, t))  # nothing left to finish; check after the flush
         # a pull of the weight key is not ordered after a push to the payload key: request the
         # acknowledgements now, wait for them and pull at the flush
         payload_keys = [b.payload_key for b in bset.buckets]
         self._backend.request_acks(payload_keys)
 
         def finish():
-            with self.tracer.span("wait push", step=t):
+            with self.tracer.span("wait push", step=t), \
+                    heartbeat.waiting("the servers' acknowledgements of step %d (%d buckets)" % (t, len(payload_keys))):
                 self._backend.wait_acks(payload_keys)
             self._pull(bset, t)
-            return lambda: self._check(bset)
+            return lambda: self._check(bset, t)
         return finish
 
-    def _check(self, bset):
+    def _check(self, bset, t):
         """Communication thread, after the flush's pulls are issued: each bucket's round was
         applied by its server (the count after the weights went one up), else the job stops."""
-        for b in bset.buckets:
-            self._backend.check_bucket(b)
+        for i, b in enumerate(bset.buckets):
+            with heartbeat.waiting("step %d's pull of bucket %d (key %d)" % (t, i, b.weight_key)):
+                self._backend.check_bucket(b)
 
     def _payload_bytes(self, b):
         return 4 * (b.words + (auth.TAG_FLOATS if self._backend.region else 0)) + 8  # + the row index
@@ -653,6 +657,18 @@ class CDSGD(KVStoreBase):
 
     def save_trace(self):
         return self.tracer.save()
+
+    def _at_exit(self):
+        """Interpreter exit: close, then pass MXNet's exit barrier of the workers here, while
+        the heartbeat still runs (MXNet's own, in the store's destructor, comes after the
+        interpreter has stopped every other thread: a node stopped there would look like any
+        other exiting node)."""
+        heartbeat.set_phase("exit")  # its steps are final: the watchdog compares them with the others'
+        failed = self._comm is not None and self._comm._failed is not None
+        self.close()
+        if isinstance(self._backend, DistBackend) and not failed:
+            with heartbeat.waiting("the exit barrier (every worker ends its training)"):
+                self._backend.kv._barrier()
 
     def close(self):
         """Finish rounds in flight and stop the communication thread (also run at exit)."""

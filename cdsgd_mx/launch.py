@@ -39,8 +39,10 @@ import threading
 import time
 
 from . import auth
+from .watchdog import Watchdog
 
 EXIT_TIMEOUT = 124
+EXIT_STALL = 75  # EX_TEMPFAIL: the job stalled (a node stopped or hung); a restart may get past it
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
 
 
@@ -193,6 +195,14 @@ def run_job(args):
     base = dict(os.environ, **shared)
     base.pop(auth.SECRET_FD, None)  # this launcher's own, if any, is not the job's
     secret = auth.new_secret()  # one per job: servers act only on what carries its MACs
+    labels = ["scheduler"] + ["server %d" % i for i in range(args.num_servers)] + \
+        ["worker %d" % i for i in range(args.num_workers)]
+    watchdog = Watchdog(secret.encode(), labels, args.stall_timeout, args.start_timeout)
+    beats = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # every node's heartbeat (cdsgd_mx.heartbeat)
+    beats.bind((host, 0))
+    beats.setblocking(False)
+    shared["CDSGD_MONITOR"] = "%s:%d" % (host, beats.getsockname()[1])
+    base["CDSGD_MONITOR"] = shared["CDSGD_MONITOR"]
     job = Job()
     workers = []
     py = sys.executable
@@ -216,7 +226,7 @@ def run_job(args):
 
     try:
         node = ["-m", "cdsgd_mx.server"] + (["--stock"] if args.stock_server else [])
-        job.start("scheduler", [py] + node, dict(base, DMLC_ROLE="scheduler"))
+        job.start("scheduler", [py] + node, dict(base, DMLC_ROLE="scheduler"), secret=secret)
         for i in range(args.num_servers):
             start("server %d" % i, [py] + node, {"DMLC_ROLE": "server", "CDSGD_LAUNCH_INDEX": str(i)})
         # MXNet runs push/pull on the same CPU worker threads as compute (default: one), so a
@@ -245,12 +255,31 @@ def run_job(args):
             if deadline and time.time() > deadline:
                 job.say("timeout after %gs; stopping the job" % args.timeout)
                 return EXIT_TIMEOUT
+            stalled = watch(watchdog, beats, job)
+            if stalled:
+                job.say("stall: %s; stopping the job (--stall-timeout %g s)" % (stalled, args.stall_timeout))
+                return EXIT_STALL
             time.sleep(0.05)
     except KeyboardInterrupt:
         job.say("interrupted; stopping the job")
         return 130
     finally:
         job.kill_all()
+        beats.close()
+
+
+def watch(watchdog, beats, job):
+    """Read the heartbeats that arrived, print the watchdog's warnings; its verdict, if any."""
+    for _ in range(1000):  # bounded: a flood from outside the job cannot hold the launcher here
+        try:
+            watchdog.receive(beats.recv(65536))
+        except OSError:  # BlockingIOError: none left
+            break
+    running = {label.split(" @")[0] for label, p in job.procs if p.poll() is None}
+    warnings, verdict = watchdog.check(running)
+    for line in warnings:
+        job.say("warning: " + line)
+    return verdict
 
 
 def netns_prelude(args):
@@ -296,6 +325,11 @@ def parse(argv):
     ap.add_argument("--bandwidth", help="shape loopback to RATE, tc syntax: 100mbit, 1gbit, 10gbit")
     ap.add_argument("--latency", type=float, help="add MS milliseconds of delay on loopback")
     ap.add_argument("--timeout", type=float, default=0, help="kill the job after SEC seconds (0: none)")
+    ap.add_argument("--stall-timeout", type=float, default=600, metavar="SEC",
+                    help="stop the job when a node has been silent, or a round has waited, for SEC seconds; warn at "
+                         "min(60, SEC/2) (default 600; 0: off)")
+    ap.add_argument("--start-timeout", type=float, default=1800, metavar="SEC",
+                    help="the same while the nodes start and register (default 1800)")
     ap.add_argument("--host", default=None,
                     help="the scheduler's address (default 127.0.0.1; with -H, this machine's address)")
     ap.add_argument("-H", "--hostfile", help="run servers and workers over ssh on these hosts (one per line)")
@@ -319,8 +353,9 @@ def parse(argv):
         ap.error("--bandwidth must be a tc rate such as 100mbit, 1gbit or 10gbit, got %r" % args.bandwidth)
     if args.latency is not None and not args.latency >= 0:
         ap.error("--latency must be >= 0 milliseconds, got %r" % args.latency)
-    if args.timeout < 0:
-        ap.error("--timeout must be >= 0 seconds, got %r" % args.timeout)
+    for name in ("timeout", "stall_timeout", "start_timeout"):
+        if not getattr(args, name) >= 0:  # NaN too
+            ap.error("--%s must be >= 0 seconds, got %r" % (name.replace("_", "-"), getattr(args, name)))
     env = {}
     for item in args.env:
         name, sep, value = item.partition("=")

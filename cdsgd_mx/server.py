@@ -43,7 +43,7 @@ import traceback
 
 import numpy as np
 
-from . import auth, codec, protocol
+from . import auth, codec, heartbeat, protocol
 
 COMMAND_PREFIX = "cdsgd:"
 CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
@@ -421,7 +421,9 @@ def run_node():
             secret = auth.job_secret()
         except auth.SecretError as e:
             sys.exit("cdsgd_mx server: %s" % e)
+    heartbeat.start()  # to the launcher's watchdog, when it runs one: a stopped node falls silent
     kv = mx.kv.create("dist")
+    heartbeat.set_phase("train")
     state = ServerState(secret=secret)
     proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     ctrl = proto(_controller(state, kv))

@@ -4,6 +4,11 @@
 --fault die       rank 1 kills itself with SIGKILL after 3 steps
 --fault optimizer the global optimizer fails on the server at its first update
 --fault none      trains until killed (the test kills a server)
+--fault sleep     launch index 1 sleeps 10 s at step 5 (a slow but live step)
+--fault uneven    launch index 0 takes half the steps of the others
+--fault late      launch index 1 sleeps 40 s before it starts (never registers in time)
+--fault finish    trains --steps steps, prints 'training done', waits 3 s, exits (the test
+                  stops a node at the exit barrier)
 """
 import argparse
 import os
@@ -19,6 +24,11 @@ def main():
     ap.add_argument("--fault", default="none")
     ap.add_argument("--steps", type=int, default=100000)
     args = ap.parse_args()
+    index = int(os.environ.get("CDSGD_LAUNCH_INDEX", "0"))
+    if args.fault == "late" and index == 1:
+        time.sleep(40)
+    if args.fault == "uneven" and index == 0:
+        args.steps //= 2
     import mxnet as mx
     from mxnet import gluon
     import cdsgd_mx
@@ -42,7 +52,12 @@ def main():
             trainer.kvstore._backend.push_payload(bucket.payload_key)
         if t == 3 and args.fault == "die" and rank == 1:
             os.kill(os.getpid(), signal.SIGKILL)
+        if t == 5 and args.fault == "sleep" and index == 1:
+            time.sleep(10)
         time.sleep(0.05)
+    if args.fault == "finish":
+        print("training done", flush=True)
+        time.sleep(3)
 
 
 if __name__ == "__main__":

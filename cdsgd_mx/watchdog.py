@@ -1,0 +1,143 @@
+"""The launcher's watchdog: ends a job that stalls, naming the node it waits on.
+
+Every node beats once a second (cdsgd_mx.heartbeat). The watchdog keeps each node's last report
+and decides, at every tick of the launcher:
+
+- uneven steps: a worker is exiting after S steps while another has begun step S+1 or later.
+  That step can never complete (MXNet's rounds need every worker's push): stop at once.
+- a wait: some node has been blocked on the network for longer than the stall timeout (the
+  start-up timeout while it is still starting). Warn at `warn_after`, stop at the timeout.
+- silence: a running node has sent nothing for longer than the stall timeout (a stopped or hung
+  process: its heartbeat thread stops with it). This also catches a stopped scheduler, which
+  training does not need until the exit barrier.
+
+The node named is the one held responsible: a silent node first, then a node never heard from,
+then the workers behind the waiting ones (live but slow, or hung in their own code), else the
+servers (every node answers, so one is stuck inside MXNet). A slow but live step shorter than
+the timeout trips nothing.
+"""
+import time
+
+from . import heartbeat
+
+SILENT_AFTER = 5.0  # seconds without a beat before a node counts as silent (beats come every 1 s)
+
+
+class Watchdog:
+    def __init__(self, secret, labels, stall_timeout=600.0, start_timeout=1800.0, warn_after=60.0):
+        """labels: the launcher's names of the job's processes ('scheduler', 'server 0', ...)."""
+        self.secret = secret
+        self.labels = list(labels)
+        self.stall_timeout = stall_timeout
+        self.start_timeout = max(start_timeout, stall_timeout)
+        self.warn_after = min(warn_after, stall_timeout / 2)
+        self.last = {}     # label -> (report, time received)
+        self.warned = set()
+        self.dropped = 0   # datagrams without the job's MAC
+
+    def receive(self, packet, now=None):
+        msg = heartbeat.decode(self.secret, packet)
+        if msg is None or msg["node"] not in self.labels:
+            self.dropped += 1
+            return
+        before = self.last.get(msg["node"])
+        if before and before[0].get("pid") == msg.get("pid") and before[0].get("seq", 0) >= msg.get("seq", 0):
+            return  # overtaken on the way by a newer beat of the same process
+        self.last[msg["node"]] = (msg, time.monotonic() if now is None else now)
+
+    # -- what the launcher asks every tick ---------------------------------------------------
+    def check(self, running, now=None):
+        """running: labels of the processes still alive. Returns (warnings, verdict): lines to
+        print now, and the reason to stop the job (None: carry on)."""
+        now = time.monotonic() if now is None else now
+        running = [l for l in self.labels if l in running]
+        uneven = self._uneven(running)
+        if uneven or not self.stall_timeout:  # uneven steps end the job whatever the stall timeout
+            return [], uneven
+        warnings = []
+        for label in running:
+            silent = self._silent_for(label, now)
+            if silent is not None and silent > self.warn_after and self._phase(label) != "exit":
+                line = "%s: no heartbeat for %.0f s (stopped or hung?)%s" % (
+                    self._name(label), silent, self._where(label))
+                if silent > self.stall_timeout:
+                    return warnings, line
+                if ("silent", label) not in self.warned:
+                    self.warned.add(("silent", label))
+                    warnings.append(line)
+        for label in running:
+            wait = self._wait(label, now)
+            if wait is None:
+                continue
+            what, waited = wait
+            limit = self.start_timeout if self._phase(label) == "start" else self.stall_timeout
+            if waited <= self.warn_after:
+                continue
+            line = "%s has waited %.0f s for %s; missing: %s" % (
+                self._name(label), waited, what, self._suspects(label, running, now))
+            if waited > limit:
+                return warnings, line
+            if ("wait", label, what) not in self.warned:
+                self.warned.add(("wait", label, what))
+                warnings.append(line)
+        return warnings, None
+
+    def _uneven(self, running):
+        workers = [l for l in self.labels if l.startswith("worker") and l in self.last]
+        done = [l for l in workers if self._phase(l) == "exit"]  # sent at once: its final step count
+        for d in done:
+            steps = self.last[d][0]["step"]
+            ahead = [l for l in workers if l in running and self.last[l][0]["step"] > steps]
+            if ahead:
+                return ("uneven steps: %s finished after %d steps while %s: every worker of a synchronous job must "
+                        "take the same number of steps (give every rank the same number of batches)"
+                        % (self._name(d), steps, ", ".join("%s is at step %d" % (self._name(l), self.last[l][0]["step"])
+                                                           for l in ahead)))
+        return None
+
+    def _suspects(self, waiter, running, now):
+        silent = [l for l in running if self._silent_for(l, now) is not None and self._silent_for(l, now) > SILENT_AFTER
+                  and self._phase(l) != "exit"]
+        if silent:
+            return ", ".join("%s (no heartbeat for %.0f s)" % (self._name(l), self._silent_for(l, now)) for l in silent)
+        never = [l for l in running if l not in self.last]
+        if never:
+            return ", ".join("%s (never reported: not started, or not using cdsgd_mx)" % l for l in never)
+        step = self.last[waiter][0]["step"]
+        behind = [l for l in running if l.startswith("worker") and self._wait(l, now) is None
+                  and self._phase(l) == self._phase(waiter) and self.last[l][0]["step"] <= step]
+        if behind:
+            return ", ".join("%s (at step %d, busy in its own code)" % (self._name(l), self.last[l][0]["step"])
+                             for l in behind)
+        servers = [l for l in running if l.startswith("server")]
+        return "no node is silent; %s (stuck inside MXNet?)" % ", ".join(servers or ["the servers"])
+
+    # -- one node's state ---------------------------------------------------------------------
+    def _silent_for(self, label, now):
+        return now - self.last[label][1] if label in self.last else None
+
+    def _phase(self, label):
+        return self.last[label][0].get("phase") if label in self.last else None
+
+    def _wait(self, label, now):
+        """(what, seconds) the node has been blocked on, None if it is not (or is silent)."""
+        if label not in self.last:
+            return None
+        msg, at = self.last[label]
+        if not msg.get("wait") or now - at > SILENT_AFTER:
+            return None
+        return msg["wait"], float(msg.get("waited", 0)) + (now - at)
+
+    def _name(self, label):
+        """'worker 1 (rank 0, host h)'."""
+        if label not in self.last:
+            return label
+        msg = self.last[label][0]
+        extra = ([] if msg.get("rank") is None else ["rank %s" % msg["rank"]]) + ["host %s" % msg.get("host")]
+        return "%s (%s)" % (label, ", ".join(extra))
+
+    def _where(self, label):
+        msg = self.last[label][0]
+        if msg.get("phase") == "train":
+            return ", last at step %d" % msg["step"] + (" waiting for %s" % msg["wait"] if msg.get("wait") else "")
+        return ", last in phase %s" % msg.get("phase")
