@@ -56,7 +56,9 @@ class ArrayData:
         self.xtr, self.ytr, self.xte, self.yte = xtr[idx], ytr[idx], xte, yte
         self.source, self.augment = source, augment
         self.batch, self.seed, self.rank = cfg.batch_size, cfg.seed, rank
-        self.per_epoch = max(1, len(self.xtr) // self.batch)
+        # every rank the same number of batches, from the smallest shard (a synchronous job
+        # hangs when one rank steps more): the rest of a larger shard waits for another epoch's order
+        self.per_epoch = max(1, len(xtr) // workers // self.batch)
 
     def train_batches(self, epoch):
         import numpy as np
@@ -98,7 +100,8 @@ class RecordData:
         self.test_samples = cfg.test_samples
 
     def train_batches(self, epoch):
-        for x, y in self.records.train_batches(epoch):
+        import itertools
+        for x, y in itertools.islice(self.records.train_batches(epoch), self.per_epoch):  # the same on every rank
             yield x, y.asnumpy()
 
     def test_batches(self):
@@ -254,7 +257,8 @@ def main(argv=None):
     if args.worker or (cfg.workers == 1 and not cfg.bandwidth and not cfg.latency):
         worker(cfg, args.resume)
         return 0
-    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(cfg.workers), "-s", str(cfg.servers)]
+    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(cfg.workers), "-s", str(cfg.servers),
+           "--stall-timeout", str(cfg.stall_timeout), "--start-timeout", str(cfg.start_timeout)]
     if cfg.bandwidth:
         cmd += ["--bandwidth", cfg.bandwidth]
     if cfg.latency:

@@ -136,3 +136,21 @@ def test_imagenet_missing_names_the_files(tmp_path):
     assert data.find_imagenet(str(tmp_path)) is None
     with pytest.raises(FileNotFoundError, match="must hold train.rec, train.idx, val.rec, val.idx"):
         data.ImageNetRecords(str(tmp_path), 0, 1, 4)
+
+
+def test_every_rank_takes_the_same_number_of_batches(tmp_path, empty_cache):
+    """35 samples on 2 ranks in batches of 6: shards of 18 and 17 would give 3 and 2 batches,
+    and the rank with more would wait forever for the other's push (issue 14)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        import train
+    finally:
+        sys.path.pop(0)
+    from cdsgd_mx.experiments import config as C
+    write_py(str(tmp_path / "cifar-10-batches-py"), fake_cifar(np.random.RandomState(3), 7))
+    cfg = C.validate(C.parse_overrides(["model=resnet20", "dataset=cifar10", "data_dir=%s" % tmp_path,
+                                        "batch_size=6", "epochs=1"]))
+    counts = [[len(list(train.load_data(cfg, rank, 2).train_batches(epoch))) for epoch in range(2)]
+              for rank in range(2)]
+    assert counts == [[2, 2], [2, 2]]
+    assert [train.load_data(cfg, rank, 2).per_epoch for rank in range(2)] == [2, 2]

@@ -50,6 +50,8 @@ class Config:
     nonfinite: str = "error"
     costs: Optional[str] = None      # k: auto reads tau, phi, psi from this bench.overlap --json output
     checkpoint: bool = True          # save trainer states and parameters at every epoch end
+    stall_timeout: float = 600       # stop the job when a node is silent or a round waits this long (s; 0: off)
+    start_timeout: float = 1800      # the same while the nodes start
 
 
 FIELDS = tuple(f.name for f in fields(Config))
@@ -122,6 +124,8 @@ def _check(cfg):
     need(cfg.k != "auto" or cfg.costs is not None,
          "k: auto needs costs: the --json output of python -m cdsgd_mx.bench.overlap (tau, phi, psi)")
     need(isinstance(cfg.checkpoint, bool), "checkpoint must be true or false, got %r" % (cfg.checkpoint,))
+    number("stall_timeout", 0, strict=False)
+    number("start_timeout", 0, strict=False)
     need(not (cfg.dataset == "synthetic" and cfg.epochs is not None),
          "epochs: the synthetic dataset has no epochs, set iterations instead")
 
