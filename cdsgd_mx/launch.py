@@ -1,7 +1,8 @@
 """Start a parameter-server job: scheduler, servers and workers, on this machine or over ssh.
 
     python -m cdsgd_mx.launch -n WORKERS -s SERVERS [--bandwidth RATE] [--latency MS]
-        [--timeout SEC] [--host ADDR] [--port PORT] [--env NAME=VALUE ...] -- COMMAND...
+        [--timeout SEC] [--stall-timeout SEC] [--start-timeout SEC] [--host ADDR] [--port PORT]
+        [--env NAME=VALUE ...] -- COMMAND...
     python -m cdsgd_mx.launch -n WORKERS -s SERVERS -H HOSTFILE [--ssh-port P] [--host ADDR]
         [--env NAME=VALUE ...] -- COMMAND...
 
@@ -20,6 +21,12 @@ server's NIC. Everything binds to loopback (127.0.0.1) unless --host says otherw
 (install cdsgd-mx and the script at the same paths on every host, or share the file system).
 The servers run the project's server, not MXNet's. The same failure behaviour as here: one node
 fails, the whole job stops; a node whose ssh connection ends stops its command (cdsgd_mx._node).
+
+A node that stops without exiting (SIGSTOP, a deadlock) is caught by heartbeats: every node
+sends one a second to the launcher (cdsgd_mx.heartbeat), and the launcher's watchdog
+(cdsgd_mx.watchdog) warns, then stops the job with exit code 75 once a node has been silent or
+a round has waited longer than --stall-timeout (--start-timeout while the nodes start), naming
+the node; a worker that ends with fewer steps than another stops the job at once.
 
 Each job gets a secret (cdsgd_mx.auth): servers act only on what carries its MACs, and the
 start-up handshake checks that every node holds it. It reaches each process through an

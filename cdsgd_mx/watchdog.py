@@ -138,6 +138,7 @@ class Watchdog:
 
     def _where(self, label):
         msg = self.last[label][0]
-        if msg.get("phase") == "train":
-            return ", last at step %d" % msg["step"] + (" waiting for %s" % msg["wait"] if msg.get("wait") else "")
+        if msg.get("phase") == "train" and label.startswith("worker"):
+            return ", last heard at step %d" % msg["step"] + (
+                " waiting for %s" % msg["wait"] if msg.get("wait") else "")
         return ", last in phase %s" % msg.get("phase")
