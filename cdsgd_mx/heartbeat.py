@@ -30,6 +30,7 @@ class _Node:
         self.phase = "start"
         self.step = 0          # steps begun (pushpull calls)
         self.rank = None       # MXNet's rank, once known
+        self.resumed = None    # the step a checkpoint restored (a restarted job says where it resumed)
         self.waits = {}        # thread ident -> (what, since)
         self.seq = 0           # beats sent: the launcher ignores one that arrives after a newer one
         self.thread = None
@@ -84,6 +85,11 @@ def set_step(step, rank=None):
         _node.rank = rank
 
 
+def set_resumed(step):
+    _node.resumed = step
+    _node.step = step
+
+
 @contextmanager
 def waiting(what):
     """Mark this thread as blocked on the network for `what` (e.g. 'step 12, bucket 3')."""
@@ -105,7 +111,8 @@ def report():
         _node.seq += 1
         seq = _node.seq
     msg = {"node": node_label(), "host": socket.gethostname(), "pid": os.getpid(), "seq": seq,
-           "phase": _node.phase, "step": _node.step, "rank": _node.rank, "wait": None, "waited": 0.0}
+           "phase": _node.phase, "step": _node.step, "rank": _node.rank, "resumed": _node.resumed,
+           "wait": None, "waited": 0.0}
     if waits:
         what, since = min(waits, key=lambda w: w[1])
         msg["wait"], msg["waited"] = what, round(time.monotonic() - since, 3)

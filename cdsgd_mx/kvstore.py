@@ -344,6 +344,7 @@ class CDSGD(KVStoreBase):
                 weights[b.weight_key] = mx.nd.array(flat[b.offset:b.offset + b.size])
         self._backend.assign(weights)
         self._calls, self._updates = steps  # the local rate's schedule goes on where it was
+        heartbeat.set_resumed(self._calls)  # a restarted job tells the launcher where it resumed
         for bset, saved in zip(self._sets, sets):
             bset.t = saved["t"]
             bset.comm_buf[:] = saved["comm_buf"]
@@ -605,6 +606,12 @@ class CDSGD(KVStoreBase):
             for bset in self._sync_sets:  # the engine orders the copies after the pulls
                 bset.scatter("comm")
         self._sync_sets = []
+
+    @property
+    def steps_done(self):
+        """Steps taken (pushpull calls, skipped ones included), counting those a checkpoint
+        restored: where a resumed script's data loop goes on."""
+        return self._calls
 
     def push_bytes_of_step(self, t):
         """Bytes this worker pushes at step t by the schedule and the buckets (what _round

@@ -182,7 +182,38 @@ def ssh_command(args, host, env, cmd):
     return ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"] + port + [host, remote]
 
 
-def run_job(args):
+def run_with_restarts(args):
+    """run_job, and again up to --max-restarts times after a failure or a stall (never after
+    Ctrl-C or --timeout): each attempt is a new job (new port, new secret) whose nodes find the
+    attempt's number in CDSGD_RESTART and resume from their last complete checkpoint."""
+    before = None  # the failed attempt's outcome
+    for attempt in range(args.max_restarts + 1):
+        outcome = {"attempt": attempt, "before": before}
+        rc = run_job(args, outcome)
+        if rc in (0, 130, EXIT_TIMEOUT) or attempt == args.max_restarts:
+            return rc
+        before = outcome
+        print("launch | restart %d of %d: %s; the workers had begun at least %d steps (their last heartbeats); starting the job again, it resumes "
+              "from its last complete checkpoint" % (attempt + 1, args.max_restarts, outcome.get("cause", "rc %d" % rc),
+                                                     outcome.get("step", 0)), flush=True)
+    return rc
+
+
+def report_resume(watchdog, outcome, job):
+    """Once a restarted job's workers say where they resumed: the steps the restart cost."""
+    if outcome["before"] is None or outcome.get("resumed") is not None:
+        return
+    resumed = watchdog.resumed_at()
+    if resumed is not None:
+        outcome["resumed"] = resumed
+        job.say("restart %d resumed at step %d: %d steps lost (done again)"
+                % (outcome["attempt"], resumed, max(0, outcome["before"].get("step", 0) - resumed)))
+
+
+def run_job(args, outcome=None):
+    """One attempt of the job; outcome (a dict) gets the cause of a failure and the steps
+    the workers had begun."""
+    outcome = {"attempt": 0, "before": None} if outcome is None else outcome
     hosts = read_hostfile(args.hostfile) if args.hostfile else None
     host = args.host or (socket.gethostbyname(socket.gethostname()) if hosts else "127.0.0.1")
     if args.port and not hosts and port_taken(host, args.port):
@@ -192,7 +223,7 @@ def run_job(args):
     shared = {  # what every node gets, here or over ssh
         "DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": str(port),
         "DMLC_NUM_SERVER": str(args.num_servers), "DMLC_NUM_WORKER": str(args.num_workers),
-        "PYTHONUNBUFFERED": "1",
+        "PYTHONUNBUFFERED": "1", "CDSGD_RESTART": str(outcome["attempt"]),
     }
     if not hosts:
         shared["DMLC_NODE_HOST"] = host
@@ -247,7 +278,8 @@ def run_job(args):
             failed = [(l, p.returncode) for l, p in job.procs if p.poll() is not None and p.returncode != 0]
             if failed:
                 label, code = failed[0]
-                job.say("%s exited with %s; stopping the job" % (label, describe_exit(code)))
+                outcome["cause"] = "%s exited with %s" % (label, describe_exit(code))
+                job.say("%s; stopping the job" % outcome["cause"])
                 return code if code and code > 0 else 1
             if all(p.poll() is not None for _, p in workers):
                 # workers done: scheduler and servers end once rank 0's kvstore is gone
@@ -256,15 +288,18 @@ def run_job(args):
                     time.sleep(0.05)
                 failed = [(l, p.returncode) for l, p in job.procs if p.returncode not in (0, None)]
                 if failed:
-                    job.say("%s exited with %s" % (failed[0][0], describe_exit(failed[0][1])))
+                    outcome["cause"] = "%s exited with %s" % (failed[0][0], describe_exit(failed[0][1]))
+                    job.say(outcome["cause"])
                     return 1
                 return 0
             if deadline and time.time() > deadline:
                 job.say("timeout after %gs; stopping the job" % args.timeout)
                 return EXIT_TIMEOUT
             stalled = watch(watchdog, beats, job)
+            report_resume(watchdog, outcome, job)
             if stalled:
-                job.say("stall: %s; stopping the job (--stall-timeout %g s)" % (stalled, args.stall_timeout))
+                outcome["cause"] = "stall: %s" % stalled
+                job.say("%s; stopping the job (--stall-timeout %g s)" % (outcome["cause"], args.stall_timeout))
                 return EXIT_STALL
             time.sleep(0.05)
     except KeyboardInterrupt:
@@ -272,6 +307,9 @@ def run_job(args):
         return 130
     finally:
         job.kill_all()
+        watch(watchdog, beats, job)  # the last beats, for the steps begun
+        report_resume(watchdog, outcome, job)
+        outcome["step"] = watchdog.steps_begun()
         beats.close()
 
 
@@ -344,6 +382,9 @@ def parse(argv):
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="set NAME=VALUE for every process of the job (repeatable)")
     ap.add_argument("--port", type=int, default=0, help="scheduler port (default: a free one)")
+    ap.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                    help="after a node fails or stalls, start the whole job again, up to N times; the command "
+                         "finds the attempt in CDSGD_RESTART and resumes from its last checkpoint (default 0)")
     ap.add_argument("--stock-server", action="store_true",
                     help="run MXNet's unmodified server (no cdsgd payload decoding): for comparisons")
     ap.add_argument("command", nargs=argparse.REMAINDER)
@@ -354,6 +395,8 @@ def parse(argv):
         ap.error("no COMMAND given after --")
     if args.num_workers < 1:
         ap.error("-n/--num-workers must be >= 1, got %d" % args.num_workers)
+    if args.max_restarts < 0:
+        ap.error("--max-restarts must be >= 0, got %d" % args.max_restarts)
     if args.num_servers < 1:
         ap.error("-s/--num-servers must be >= 1, got %d" % args.num_servers)
     if args.bandwidth and not RATE_RE.match(args.bandwidth):
@@ -382,7 +425,7 @@ def main(argv=None):
     args = parse(argv)
     if (args.bandwidth or args.latency) and not os.environ.get("CDSGD_IN_NETNS"):
         return reexec_in_netns(args, argv)
-    return run_job(args)
+    return run_with_restarts(args)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,12 @@ class Trainer(gluon.Trainer):
     def local_learning_rate(self):
         return self._cdsgd.local_learning_rate
 
+    @property
+    def steps_done(self):
+        """Steps taken so far, those restored by load_states included: after a restart
+        (CDSGD_RESTART > 0) a script skips that many batches."""
+        return self._cdsgd.steps_done
+
     def step(self, batch_size, ignore_stale_grad=False):
         """gluon's step, with every parameter's round handed to the kvstore in one call."""
         with self._cdsgd.tracer.span("step", step=self._steps):

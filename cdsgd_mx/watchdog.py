@@ -112,6 +112,17 @@ class Watchdog:
         servers = [l for l in running if l.startswith("server")]
         return "no node is silent; %s (stuck inside MXNet?)" % ", ".join(servers or ["the servers"])
 
+    def steps_begun(self):
+        """The most steps any worker reported having begun (0 before any)."""
+        return max([m["step"] for l, (m, _) in self.last.items() if l.startswith("worker")] or [0])
+
+    def resumed_at(self):
+        """The step a restarted job resumed at (its checkpoint's; 0 without one), once a
+        worker is training; None before."""
+        steps = [m.get("resumed") or 0 for l, (m, _) in self.last.items()
+                 if l.startswith("worker") and m.get("phase") in ("train", "exit")]
+        return min(steps) if steps else None
+
     # -- one node's state ---------------------------------------------------------------------
     def _silent_for(self, label, now):
         return now - self.last[label][1] if label in self.last else None

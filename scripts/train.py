@@ -7,7 +7,8 @@ The whole config is validated before anything starts (one line naming the field 
 allows). With workers > 1 (or an emulated link) the job runs under cdsgd_mx.launch; each worker
 trains on its shard. Writes into `out`: config.json, metrics-rank<r>.jsonl (one JSON object per
 iteration: loss, iteration time, bytes pushed; and per epoch: loss, train and test accuracy),
-and, per epoch, a checkpoint (trainer states + parameters) that --resume continues from.
+and, per epoch, a checkpoint (trainer states + parameters) that --resume continues from. A job
+restarted by the launcher (max_restarts, CDSGD_RESTART > 0) resumes from it by itself.
 """
 import argparse
 import json
@@ -135,6 +136,26 @@ def load_data(cfg, rank, workers):
     return ArrayData(xtr, ytr, xte, yte, source, cfg, rank, workers, augment=cfg.dataset == "cifar10")
 
 
+def open_metrics(path, resume, it, epoch):
+    """The metrics log, to append to. A resumed run keeps only the rows before where it
+    resumes (iteration `it`, epoch `epoch`): a restart after a failure mid-epoch would
+    otherwise log the steps it takes again twice."""
+    kept = []
+    if resume and os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by the failure
+                before = row["iteration"] < it if "iteration" in row else row.get("epoch", epoch) < epoch
+                if before:
+                    kept.append(line if line.endswith("\n") else line + "\n")
+    log = open(path, "w")
+    log.writelines(kept)
+    return log
+
+
 def worker(cfg, resume):
     import mxnet as mx
     import numpy as np
@@ -145,6 +166,7 @@ def worker(cfg, resume):
     mx.random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     kvstore = "dist_sync" if "DMLC_ROLE" in os.environ else "local"
+    resume = resume or int(os.environ.get("CDSGD_RESTART", "0")) > 0  # restarted by the launcher (--max-restarts)
     k = choose_k(cfg)
     trainer_args = dict(kvstore=kvstore, algorithm=cfg.algorithm, k=k, warmup_steps=cfg.warmup_steps,
                         threshold=cfg.threshold, nonfinite=cfg.nonfinite,
@@ -177,9 +199,9 @@ def worker(cfg, resume):
     if rank == 0:
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
             json.dump(dict(C.as_dict(cfg), k_used=k, data=source), f, indent=1)
-    log = open(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), "a" if resume else "w")
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     it = start_epoch * per_epoch
+    log = open_metrics(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), resume, it, start_epoch)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     for epoch in range(start_epoch, epochs):
         factor = cfg.lr_factor ** sum(1 for e in cfg.lr_steps if e <= epoch)
         if trainer.learning_rate != cfg.lr * factor:
@@ -258,7 +280,8 @@ def main(argv=None):
         worker(cfg, args.resume)
         return 0
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(cfg.workers), "-s", str(cfg.servers),
-           "--stall-timeout", str(cfg.stall_timeout), "--start-timeout", str(cfg.start_timeout)]
+           "--stall-timeout", str(cfg.stall_timeout), "--start-timeout", str(cfg.start_timeout),
+           "--max-restarts", str(cfg.max_restarts)]
     if cfg.bandwidth:
         cmd += ["--bandwidth", cfg.bandwidth]
     if cfg.latency:

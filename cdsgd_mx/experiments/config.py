@@ -52,6 +52,7 @@ class Config:
     checkpoint: bool = True          # save trainer states and parameters at every epoch end
     stall_timeout: float = 600       # stop the job when a node is silent or a round waits this long (s; 0: off)
     start_timeout: float = 1800      # the same while the nodes start
+    max_restarts: int = 0            # restart the whole job from its last checkpoint after a failure, this often
 
 
 FIELDS = tuple(f.name for f in fields(Config))
@@ -126,6 +127,7 @@ def _check(cfg):
     need(isinstance(cfg.checkpoint, bool), "checkpoint must be true or false, got %r" % (cfg.checkpoint,))
     number("stall_timeout", 0, strict=False)
     number("start_timeout", 0, strict=False)
+    integer("max_restarts", 0)
     need(not (cfg.dataset == "synthetic" and cfg.epochs is not None),
          "epochs: the synthetic dataset has no epochs, set iterations instead")
 

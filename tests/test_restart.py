@@ -1,0 +1,97 @@
+"""--max-restarts: a node SIGKILLed mid-run, the job restarts from its last complete checkpoint
+by itself and ends with the weights of an uninterrupted run (issue 14, item 4)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_faults import ROOT, assert_job_gone  # noqa: E402
+from test_stall import node  # noqa: E402
+
+pytestmark = pytest.mark.slow
+TRAIN = os.path.join(ROOT, "scripts", "train.py")
+CONFIG = os.path.join(ROOT, "configs", "fig6_lenet_mnist.yaml")
+ITERATIONS, PER_EPOCH = 60, 10  # 160 synthetic samples in batches of 16
+
+
+def train(out, alg, *extra):
+    cmd = [sys.executable, TRAIN, "--config", CONFIG, "dataset=synthetic", "epochs=null",
+           "iterations=%d" % ITERATIONS, "train_samples=%d" % (PER_EPOCH * 16), "batch_size=16", "warmup_steps=5",
+           "k=3", "algorithm=" + alg, "out=" + str(out)] + list(extra)
+    env = dict(os.environ, CDSGD_FAULT_TEST=str(os.getpid()))
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def epochs_logged(out):
+    path = os.path.join(out, "metrics-rank0.jsonl")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for line in f if line.startswith("{") and '"iteration"' not in line)
+
+
+def final_params(out):
+    import mxnet as mx
+    return [{k: v.asnumpy() for k, v in mx.nd.load(os.path.join(out, "checkpoint.params%d" % r)).items()}
+            for r in (0, 1)]
+
+
+def kill_mid_run_and_finish(out, alg, role, index, restarts=1):
+    proc = train(out, alg, "max_restarts=%d" % restarts)
+    deadline = time.time() + 120
+    while epochs_logged(out) < 2:  # epoch 1's checkpoint is complete, epoch 2's on its way
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
+        time.sleep(0.02)
+    os.kill(node(role, index), signal.SIGKILL)
+    out_text, _ = proc.communicate(timeout=300)
+    return proc.returncode, out_text
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
+def test_a_worker_killed_mid_run_restarts_and_ends_bit_identical(tmp_path, alg):
+    whole = train(tmp_path / "whole", alg)
+    text, _ = whole.communicate(timeout=300)
+    assert whole.returncode == 0, text[-3000:]
+    rc, text = kill_mid_run_and_finish(tmp_path / "restarted", alg, "worker", 1)
+    assert rc == 0, text[-3000:]
+    assert "launch | restart 1 of 1: worker 1 exited with signal SIGKILL" in text
+    assert "steps lost (done again)" in text
+    assert "launch | restart 1 resumed at step %d:" % PER_EPOCH in text or \
+        "launch | restart 1 resumed at step %d:" % (2 * PER_EPOCH) in text
+    for a, b in zip(final_params(tmp_path / "whole"), final_params(tmp_path / "restarted")):
+        assert sorted(a) == sorted(b)
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    for r in (0, 1):  # the steps done again are logged once
+        rows = [json.loads(l) for l in open(tmp_path / "restarted" / ("metrics-rank%d.jsonl" % r))]
+        assert [row["iteration"] for row in rows if "iteration" in row] == list(range(ITERATIONS))
+        assert [row["epoch"] for row in rows if "iteration" not in row] == list(range(ITERATIONS // PER_EPOCH))
+    assert_job_gone()
+
+
+def test_a_server_killed_mid_run_restarts_and_ends_bit_identical(tmp_path):
+    whole = train(tmp_path / "whole", "cdsgd")
+    text, _ = whole.communicate(timeout=300)
+    assert whole.returncode == 0, text[-3000:]
+    rc, text = kill_mid_run_and_finish(tmp_path / "restarted", "cdsgd", "server", 0)
+    assert rc == 0, text[-3000:]
+    assert "launch | restart 1 of 1: server 0 exited with signal SIGKILL" in text
+    for a, b in zip(final_params(tmp_path / "whole"), final_params(tmp_path / "restarted")):
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert_job_gone()
+
+
+def test_without_restarts_the_failure_ends_the_job(tmp_path):
+    rc, text = kill_mid_run_and_finish(tmp_path / "once", "cdsgd", "worker", 0, restarts=0)
+    assert rc != 0, text[-3000:]
+    assert "worker 0 exited with signal SIGKILL; stopping the job" in text and "restart" not in text
+    assert_job_gone()
