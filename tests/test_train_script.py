@@ -55,6 +55,18 @@ def test_config_errors_are_one_line_before_anything_starts(tmp_path, override, m
     assert not os.path.exists(str(tmp_path / "x"))
 
 
+def test_resume_from_a_checkpoint_of_an_older_format_is_one_line(tmp_path):
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "checkpoint.states").write_text(json.dumps({"format": "cdsgd-mx checkpoint 2", "k": 2}, indent=1))
+    proc = run("dataset=synthetic", "workers=1", "epochs=null", "iterations=2", "out=" + str(out), "--resume",
+               timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("resume error: checkpoint %s has format 'cdsgd-mx checkpoint 2'"
+                                          % (out / "checkpoint.states"))
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_resume_continues_exactly(tmp_path):
     import numpy as np
