@@ -62,6 +62,7 @@ class DistBackend:
         self.codes = {}     # payload key -> the codes' part of that row (then the proof)
         self.payloads = {}  # payload key -> the row_sparse array pushed (made once, refilled)
         self.no_rows = mx.nd.array([], dtype="int64")
+        self.reports_open = False  # the checkpoint report keys exist (exchange)
 
     def set_optimizer(self, optimizer):
         """As plain data in an authenticated command (never MXNet's pickle: servers run no code
@@ -212,6 +213,26 @@ class DistBackend:
             self.kv.pull(k, out=o)  # ordered after this worker's push of the same key
         return {s: o.asnumpy().reshape(n, width) for s, o in enumerate(outs)}
 
+    def exchange(self, row):
+        """Checkpoint reports: every worker's `row` (protocol.REPORT_WIDTH small floats) and
+        every server's (code, errno) of its last save or load. Returns ([N, W] rows, [S, 2]).
+        One proven round per server (its report key): dist_sync answers a pull only once every
+        worker has pushed, and a server runs commands and updates in order, so the answers come
+        after every worker's push and every server's part of the command before it."""
+        keys = protocol.report_keys(self.num_servers)
+        n, width = self.num_workers, protocol.REPORT_WIDTH
+        if not self.reports_open:
+            self.init(keys, [mx.nd.zeros(((n + 1) * width,)) for _ in keys])
+            self.command({"op": "report", "keys": keys})
+            self.reports_open = True
+        mine = np.zeros((n + 1, width), np.float32)  # the last row is the server's
+        mine[self.rank] = row
+        answers = [self.round_trip(k, mine).reshape(n + 1, width) for k in keys]
+        return answers[0][:n], np.array([a[n, :2] for a in answers])
+
+    def server_message(self, s):
+        return None  # on its machine: its output says why (the job's output, with our launcher)
+
     def open_tally(self, key, width):
         """A key whose every update stores the sum of the workers' pushes (see tally)."""
         self.init([key], [mx.nd.zeros((width,))])
@@ -306,6 +327,12 @@ class LocalBackend:
         answer = np.zeros((1, auth.TAG_FLOATS), np.float32)  # the server is in this process
         answer[0, :2] = 1.0, protocol.HANDSHAKE_MARK
         return {0: answer}
+
+    def exchange(self, row):
+        return np.asarray(row, np.float32).reshape(1, -1), np.array([self.server.checkpoint_result], np.float32)
+
+    def server_message(self, s):
+        return self.server.checkpoint_error
 
     def open_tally(self, key, width):
         pass

@@ -25,11 +25,23 @@ CONFIG_KEY = 1 << 30  # far above any bucket's keys: the start-up agreement chec
 VOTE_KEY = CONFIG_KEY + 1  # nonfinite='skip': each step's count of non-finite values per worker
 HANDSHAKE_BASE = CONFIG_KEY + 2  # from here: one start-up handshake key per server
 HANDSHAKE_MARK = -7.0  # what only our server writes into a handshake answer (tags and sums are >= 0)
+REPORT_BASE = CONFIG_KEY - 64  # from here: one checkpoint report key per server (below the handshake's)
+REPORT_WIDTH = 4  # a checkpoint report row: result code, errno, save token (two 24-bit halves)
 
 
 def handshake_keys(num_servers):
     """One key on each server (MXNet's placement rule), above every other key."""
-    keys, k = [], HANDSHAKE_BASE
+    return keys_on_each_server(HANDSHAKE_BASE, num_servers)
+
+
+def report_keys(num_servers):
+    """One key on each server for checkpoint reports: every worker's row, then the server's."""
+    return keys_on_each_server(REPORT_BASE, num_servers)
+
+
+def keys_on_each_server(base, num_servers):
+    """Server s's key: the first key from base up that MXNet places there."""
+    keys, k = [], base
     for s in range(num_servers):
         while server_of(k, num_servers) != s:
             k += 1

@@ -27,7 +27,13 @@ Commands (sent by worker rank 0 as MXNet controller commands, id 0):
   {"op": "set_lr", "lr": float}   the global optimizer's learning rate from now on
   {"op": "assign", "keys": [k...]} the next update of each key stores the workers' sum
   {"op": "tally", "keys": [k...]}  every update of each key stores the workers' sum (votes)
-  {"op": "save" | "load", "path": p}  the optimizer and its states, to/from p.server<rank>
+  {"op": "save" | "load", "path": p, "id": i}  the optimizer and its states, to/from the
+      checkpoint file p.<i>.server<rank> (checkpoint.py); the result (never an exit: the workers
+      stop the job) goes into this server's row of the report keys
+  {"op": "prune", "path": p, "keep": i | "only": i}  delete this server's files of checkpoint p
+      of every other save (keep) or of that save (only: a failed one)
+  {"op": "report", "keys": [k...]}  tally keys whose every update also carries, after the
+      workers' rows, this server's result of the last save or load
 Handshake keys (protocol.handshake_keys, no command needed): each worker pushes its MAC tag in
 its own row; the update answers, per row, whether the tag checks, and a mark only this server
 writes (handshake_answer).
@@ -85,6 +91,9 @@ class ServerState:
         self.to_register = set()  # weight keys whose next update only records the weight
         self._decoded = {}        # payload key -> the decoded sum of the workers' codes
         self._momentum = {}       # weight key -> SGD's flat momentum (per-parameter states are its views)
+        self.reports = set()      # tally keys that carry checkpoint_result after the workers' rows
+        self.checkpoint_result = (0, 0)  # (checkpoint code, errno) of the last save or load
+        self.checkpoint_error = None     # its one-line message (the workers of kvstore='local' show it)
 
     # -- configuration ------------------------------------------------------------------
     def set_optimizer(self, optimizer):
@@ -119,12 +128,16 @@ class ServerState:
             self.to_register.update(int(k) for k in msg["weights"])
         elif msg["op"] == "set_lr":
             self.optimizer.set_learning_rate(float(msg["lr"]))
-        elif msg["op"] == "save":
-            self.save("%s.server%d" % (msg["path"], self.rank))
-        elif msg["op"] == "load":
-            self.load("%s.server%d" % (msg["path"], self.rank))
+        elif msg["op"] in ("save", "load"):
+            self.checkpoint(msg["op"], msg["path"], msg["id"])
+        elif msg["op"] == "prune":
+            from . import checkpoint
+            checkpoint.remove_stale(msg["path"], "server%d" % self.rank, keep=msg.get("keep"), only=msg.get("only"))
         elif msg["op"] == "tally":
             self.tallies.update(int(k) for k in msg["keys"])
+        elif msg["op"] == "report":
+            self.tallies.update(int(k) for k in msg["keys"])
+            self.reports.update(int(k) for k in msg["keys"])
         elif msg["op"] == "assign":
             self.to_assign.update(int(k) for k in msg["keys"])
         else:
@@ -157,6 +170,10 @@ class ServerState:
         if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
             self.to_assign.discard(key)
             weight[:] = grad
+            if key in self.reports:  # the last row is this server's
+                code, errno = self.checkpoint_result
+                from mxnet import ndarray as nd
+                weight[n - protocol.REPORT_WIDTH:n] = nd.array([code, errno, 0, 0])  # an engine op, after the sum
         elif key in self.to_register:
             self.to_register.discard(key)
             self.weights[key] = whole if self.region else weight  # registration round: record only
@@ -235,25 +252,48 @@ class ServerState:
         return False
 
     # -- checkpoints: the global optimizer and its state per slot ---------------------------
-    def save(self, path):
-        import pickle
-        states = {k: _to_numpy(v) for k, v in self.updater.states.items()} if self.updater else {}
-        with open(path + ".part", "wb") as f:
-            pickle.dump({"optimizer": self.optimizer, "states": states}, f)
-        os.replace(path + ".part", path)
-
-    def load(self, path):
-        import pickle
+    def checkpoint(self, op, fname, sid):
+        """Save or load this server's file of checkpoint set `sid`. A failure is recorded for
+        the workers (checkpoint_result) and logged in one line; the server goes on, so that the
+        workers can remove the failed set's files and stop the job with the error."""
+        from . import checkpoint
+        path = checkpoint.file_path(fname, sid, "server%d" % self.rank)
         try:
-            with open(path, "rb") as f:
-                saved = pickle.load(f)
-            self.set_optimizer(saved["optimizer"])
-            self._momentum = {}  # rebuilt from the restored states at the next update
-            for k, v in saved["states"].items():
-                self.updater.states[k] = _to_ndarray(v)
-                self.updater.states_synced[k] = True
-        except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as e:
-            raise ValueError("server checkpoint %s is missing, corrupted or truncated: %s" % (path, e)) from e
+            if op == "save":
+                self.save(path, sid)
+            else:
+                self.load(path, sid)
+            self.checkpoint_result, self.checkpoint_error = (checkpoint.OK, 0), None
+        except Exception as e:
+            self.checkpoint_result = checkpoint.result_of(e)
+            self.checkpoint_error = str(e) if isinstance(e, checkpoint.Damaged) else \
+                "could not %s %s: %s" % ("write" if op == "save" else "load", path, checkpoint.oneline(e))
+            sys.stderr.write("cdsgd_mx server %d: checkpoint %s failed: %s\n" % (self.rank, op, self.checkpoint_error))
+            sys.stderr.flush()
+
+    def save(self, path, sid):
+        import pickle
+        from . import checkpoint
+        states = {k: _to_numpy(v) for k, v in self.updater.states.items()} if self.updater else {}
+        checkpoint.write_file(path, sid, pickle.dumps({"optimizer": self.optimizer, "states": states}))
+
+    def load(self, path, sid):
+        """Everything is read and checked before anything changes: a damaged file leaves the
+        server as it was."""
+        import pickle
+        from . import checkpoint
+        body = checkpoint.read_file(path, sid)
+        try:
+            saved = pickle.loads(body)
+            optimizer, states = saved["optimizer"], {k: _to_ndarray(v) for k, v in saved["states"].items()}
+        except Exception as e:
+            raise checkpoint.Damaged("checkpoint file %s is missing, corrupted or truncated: %s"
+                                     % (path, checkpoint.oneline(e))) from None
+        self.set_optimizer(optimizer)
+        self._momentum = {}  # rebuilt from the restored states at the next update
+        for k, v in states.items():
+            self.updater.states[k] = v
+            self.updater.states_synced[k] = True
 
     @staticmethod
     def _views(arr, ranges):

@@ -136,6 +136,29 @@ class Trainer(gluon.Trainer):
             return
         self._cdsgd.set_learning_rate(lr, local_lr)
 
+    def save_states(self, fname, extra=None):
+        """gluon's save_states, as one all-or-nothing checkpoint set (cdsgd_mx.checkpoint):
+        fname is its manifest; `extra`, a small JSON-able dict (e.g. {"epoch": 3}), is kept
+        in it and returned by load_states. Raises checkpoint.SaveError (an OSError) if any node
+        cannot write its file; the last complete set stays."""
+        self._ready_for_checkpoint()
+        self._cdsgd.save_optimizer_states(fname, dump_optimizer=True, extra=extra)
+
+    def load_states(self, fname):
+        """gluon's load_states from the last complete set of checkpoint fname: the optimizer,
+        its states and the parameters' weights; returns the set's `extra` dict."""
+        self._ready_for_checkpoint()
+        extra = self._cdsgd.load_optimizer_states(fname)
+        self._optimizer = self._cdsgd._updater.optimizer
+        self._optimizer.param_dict = {i: param for i, param in enumerate(self._params)}
+        return extra
+
+    def _ready_for_checkpoint(self):
+        if not self._kv_initialized:
+            self._init_kvstore()
+        if self._params_to_init:
+            self._init_params()
+
     def save_trace(self):
         """Writes the chrome-trace JSON given as trace= (returns its path, or None)."""
         return self._cdsgd.save_trace()

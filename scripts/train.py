@@ -7,8 +7,10 @@ The whole config is validated before anything starts (one line naming the field 
 allows). With workers > 1 (or an emulated link) the job runs under cdsgd_mx.launch; each worker
 trains on its shard. Writes into `out`: config.json, metrics-rank<r>.jsonl (one JSON object per
 iteration: loss, iteration time, bytes pushed; and per epoch: loss, train and test accuracy),
-and, per epoch, a checkpoint (trainer states + parameters) that --resume continues from. A job
-restarted by the launcher (max_restarts, CDSGD_RESTART > 0) resumes from it by itself.
+and, per epoch, a checkpoint that --resume continues from: one all-or-nothing set whose
+manifest is `out/checkpoint.states` (trainer states, each worker's parameters, the epoch;
+cdsgd_mx.checkpoint.load_parameters reads a worker's parameters back). A job restarted by the
+launcher (max_restarts, CDSGD_RESTART > 0) resumes from it by itself.
 """
 import argparse
 import json
@@ -190,12 +192,15 @@ def worker(cfg, resume):
     total = cfg.iterations or cfg.epochs * per_epoch
     epochs = math.ceil(total / per_epoch)
     os.makedirs(cfg.out, exist_ok=True)
-    ckpt = os.path.join(cfg.out, "checkpoint")
+    ckpt = os.path.join(cfg.out, "checkpoint.states")  # the manifest of the last complete set
     start_epoch = 0
-    if resume and os.path.exists(ckpt + ".epoch"):
-        start_epoch = int(open(ckpt + ".epoch").read())
-        net.load_parameters("%s.params%d" % (ckpt, rank))
-        trainer.load_states(ckpt + ".states")
+    if resume and os.path.exists(ckpt):
+        try:
+            start_epoch = trainer.load_states(ckpt)["epoch"]  # the parameters' weights come with it
+        except (ValueError, KeyError) as e:
+            sys.stderr.write("resume error: %s\n" % (e if isinstance(e, ValueError) else
+                                                      "checkpoint %s holds no epoch: not written by this script" % ckpt))
+            sys.exit(2)
     if rank == 0:
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
             json.dump(dict(C.as_dict(cfg), k_used=k, data=source), f, indent=1)
@@ -254,11 +259,7 @@ def worker(cfg, resume):
                 epoch + 1, record["loss"] or float("nan"), record["train_accuracy"],
                 "%.4f" % test_acc if test_acc is not None else "-"), flush=True)
         if cfg.checkpoint:
-            trainer.save_states(ckpt + ".states")
-            net.save_parameters("%s.params%d" % (ckpt, rank))
-            if rank == 0:
-                with open(ckpt + ".epoch", "w") as f:
-                    f.write(str(epoch + 1))
+            trainer.save_states(ckpt, extra={"epoch": epoch + 1})  # raises (the job stops) if any node fails
     log.close()
 
 

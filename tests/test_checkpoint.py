@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_engine import SHAPES, STEPS, launch  # noqa: E402
 
 import cdsgd_mx  # noqa: E402
+from cdsgd_mx import checkpoint  # noqa: E402
 
 
 @pytest.mark.slow
@@ -47,8 +48,9 @@ def test_corrupted_and_mismatched_checkpoints_give_clear_errors(tmp_path):
         trainer(k=3).load_states(path)
     with pytest.raises(ValueError, match="another configuration: bucket_size=4 here, 1048576 there"):
         trainer(bucket_size=4).load_states(path)
-    data = open(path + ".worker0", "rb").read()
-    open(path + ".worker0", "wb").write(data[: len(data) // 2])
+    worker0 = [f for f in checkpoint.files_of(path) if f.endswith(".worker0")][0]
+    data = open(worker0, "rb").read()
+    open(worker0, "wb").write(data[: len(data) // 2])
     with pytest.raises(ValueError, match="missing, corrupted or truncated"):
         trainer().load_states(path)
     with pytest.raises(ValueError, match="missing, corrupted or truncated"):
@@ -56,8 +58,9 @@ def test_corrupted_and_mismatched_checkpoints_give_clear_errors(tmp_path):
     import json
     path = str(tmp_path / "old.states")
     trainer().save_states(path)
-    old = json.load(open(path))
-    old["format"] = "cdsgd-mx checkpoint 1"  # written before fused buckets
-    json.dump(old, open(path, "w"))
-    with pytest.raises(ValueError, match="format 'cdsgd-mx checkpoint 1'.*written before fused buckets cannot be resumed"):
-        trainer().load_states(path)
+    old = checkpoint.read_manifest(path)["config"]  # formats 1 and 2: the configuration as the manifest
+    for fmt, before in (("1", "fused buckets"), ("2", "all-or-nothing checkpoint sets")):
+        json.dump(dict(old, format="cdsgd-mx checkpoint " + fmt), open(path, "w"), indent=1)
+        with pytest.raises(ValueError, match="format 'cdsgd-mx checkpoint %s'.*written before %s cannot be resumed"
+                           % (fmt, before)):
+            trainer().load_states(path)

@@ -39,8 +39,8 @@ def epochs_logged(out):
 
 
 def final_params(out):
-    import mxnet as mx
-    return [{k: v.asnumpy() for k, v in mx.nd.load(os.path.join(out, "checkpoint.params%d" % r)).items()}
+    from cdsgd_mx import checkpoint
+    return [{k: v.asnumpy() for k, v in checkpoint.load_parameters(os.path.join(out, "checkpoint.states"), r).items()}
             for r in (0, 1)]
 
 

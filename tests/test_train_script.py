@@ -30,8 +30,15 @@ def test_two_workers_on_synthetic_data_write_metrics_and_checkpoints(tmp_path):
         # cdsgd, warm-up 2, k = 2: steps 2, 4, ... push fp32, the others 2-bit codes
         assert iters[3]["bytes_pushed"] * 10 < iters[2]["bytes_pushed"]
         assert rows[-1]["epoch"] == 0 and rows[-1]["data"].startswith("synthetic")
-    for name in ("checkpoint.states", "checkpoint.states.server0", "checkpoint.params0", "checkpoint.params1"):
-        assert os.path.exists(os.path.join(out, name))
+    from cdsgd_mx import checkpoint
+    manifest = os.path.join(out, "checkpoint.states")
+    files = checkpoint.files_of(manifest)
+    assert [f.rsplit(".", 1)[-1] for f in files[1:]] == ["worker0", "worker1", "server0"]
+    assert all(os.path.exists(f) for f in files)
+    assert sorted(f for f in os.listdir(out) if f.startswith("checkpoint")) == sorted(map(os.path.basename, files))
+    assert checkpoint.read_manifest(manifest)["extra"] == {"epoch": 1}
+    for rank in (0, 1):
+        assert checkpoint.load_parameters(manifest, rank)  # each worker's parameters are in the set
 
 
 @pytest.mark.parametrize("override,message", [
@@ -48,10 +55,22 @@ def test_config_errors_are_one_line_before_anything_starts(tmp_path, override, m
     assert not os.path.exists(str(tmp_path / "x"))
 
 
+def test_resume_from_a_checkpoint_of_an_older_format_is_one_line(tmp_path):
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "checkpoint.states").write_text(json.dumps({"format": "cdsgd-mx checkpoint 2", "k": 2}, indent=1))
+    proc = run("dataset=synthetic", "workers=1", "epochs=null", "iterations=2", "out=" + str(out), "--resume",
+               timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("resume error: checkpoint %s has format 'cdsgd-mx checkpoint 2'"
+                                          % (out / "checkpoint.states"))
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_resume_continues_exactly(tmp_path):
     import numpy as np
-    import mxnet as mx
+    from cdsgd_mx import checkpoint
     common = ["dataset=synthetic", "epochs=null", "warmup_steps=2", "algorithm=cdsgd"]
     whole, part = str(tmp_path / "whole"), str(tmp_path / "part")
     assert run(*common, "iterations=130", "out=" + whole).returncode == 0
@@ -59,8 +78,8 @@ def test_resume_continues_exactly(tmp_path):
     proc = run(*common, "iterations=130", "out=" + part, "--resume")
     assert proc.returncode == 0, proc.stdout[-3000:]
     for rank in (0, 1):
-        a = mx.nd.load(os.path.join(whole, "checkpoint.params%d" % rank))
-        b = mx.nd.load(os.path.join(part, "checkpoint.params%d" % rank))
+        a = checkpoint.load_parameters(os.path.join(whole, "checkpoint.states"), rank)
+        b = checkpoint.load_parameters(os.path.join(part, "checkpoint.states"), rank)
         assert sorted(a) == sorted(b)
         for name in a:
             np.testing.assert_array_equal(a[name].asnumpy(), b[name].asnumpy())
