@@ -71,7 +71,7 @@ class DistBackend:
 
     def init(self, keys, values):
         """values: the data; each key stores it followed by a zero proof region."""
-        with heartbeat.waiting("start-up: the barrier after the parameters' init"):
+        with heartbeat.waiting("the barrier after initializing keys %s" % list(keys)[:4]):
             self.kv.init(keys, [self._padded(v) for v in values])  # one barrier for all
 
     def _padded(self, value):
