@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,13 +22,30 @@ CONFIG = os.path.join(ROOT, "configs", "fig6_lenet_mnist.yaml")
 ITERATIONS, PER_EPOCH = 60, 10  # 160 synthetic samples in batches of 16
 
 
-def train(out, alg, *extra):
+def train(out, alg, *extra, tag=""):
     cmd = [sys.executable, TRAIN, "--config", CONFIG, "dataset=synthetic", "epochs=null",
            "iterations=%d" % ITERATIONS, "train_samples=%d" % (PER_EPOCH * 16), "batch_size=16", "warmup_steps=5",
            "k=3", "algorithm=" + alg, "out=" + str(out)] + list(extra)
-    env = dict(os.environ, CDSGD_FAULT_TEST=str(os.getpid()))
+    env = dict(os.environ, CDSGD_FAULT_TEST=str(os.getpid()), CDSGD_STALL_JOB=tag)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+
+
+class Uninterrupted(threading.Thread):
+    """The same run without a fault, alongside (it reads its own output: a full pipe would
+    hold it up)."""
+
+    def __init__(self, out, alg):
+        super().__init__(daemon=True)
+        self.proc = train(out, alg)
+        self.start()
+
+    def run(self):
+        self.text, _ = self.proc.communicate(timeout=300)
+
+    def finish(self):
+        self.join(timeout=320)
+        assert self.proc.returncode == 0, self.text[-3000:]
 
 
 def epochs_logged(out):
@@ -45,22 +63,21 @@ def final_params(out):
 
 
 def kill_mid_run_and_finish(out, alg, role, index, restarts=1):
-    proc = train(out, alg, "max_restarts=%d" % restarts)
+    proc = train(out, alg, "max_restarts=%d" % restarts, tag="killed")
     deadline = time.time() + 120
     while epochs_logged(out) < 2:  # epoch 1's checkpoint is complete, epoch 2's on its way
         assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
         time.sleep(0.02)
-    os.kill(node(role, index), signal.SIGKILL)
+    os.kill(node(role, index, "killed"), signal.SIGKILL)
     out_text, _ = proc.communicate(timeout=300)
     return proc.returncode, out_text
 
 
 @pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
 def test_a_worker_killed_mid_run_restarts_and_ends_bit_identical(tmp_path, alg):
-    whole = train(tmp_path / "whole", alg)
-    text, _ = whole.communicate(timeout=300)
-    assert whole.returncode == 0, text[-3000:]
+    whole = Uninterrupted(tmp_path / "whole", alg)
     rc, text = kill_mid_run_and_finish(tmp_path / "restarted", alg, "worker", 1)
+    whole.finish()
     assert rc == 0, text[-3000:]
     assert "launch | restart 1 of 1: worker 1 exited with signal SIGKILL" in text
     assert "steps lost (done again)" in text
@@ -78,10 +95,9 @@ def test_a_worker_killed_mid_run_restarts_and_ends_bit_identical(tmp_path, alg):
 
 
 def test_a_server_killed_mid_run_restarts_and_ends_bit_identical(tmp_path):
-    whole = train(tmp_path / "whole", "cdsgd")
-    text, _ = whole.communicate(timeout=300)
-    assert whole.returncode == 0, text[-3000:]
+    whole = Uninterrupted(tmp_path / "whole", "cdsgd")
     rc, text = kill_mid_run_and_finish(tmp_path / "restarted", "cdsgd", "server", 0)
+    whole.finish()
     assert rc == 0, text[-3000:]
     assert "launch | restart 1 of 1: server 0 exited with signal SIGKILL" in text
     for a, b in zip(final_params(tmp_path / "whole"), final_params(tmp_path / "restarted")):

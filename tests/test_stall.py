@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,77 +16,70 @@ pytestmark = pytest.mark.slow
 STALL = ["--stall-timeout", "20", "--start-timeout", "20"]
 
 
-def start(fault, *launch_args, steps=100000):
+def start(fault, *launch_args, steps=100000, tag=""):
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "150", *launch_args,
            "--", sys.executable, WORKER, "--fault", fault, "--steps", str(steps)]
-    env = dict(os.environ, CDSGD_FAULT_TEST=str(os.getpid()))
+    env = dict(os.environ, CDSGD_FAULT_TEST=str(os.getpid()), CDSGD_STALL_JOB=tag)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
 
-def node(role, index=None):
-    """The pid of this test's job process with DMLC_ROLE=role (and CDSGD_LAUNCH_INDEX=index)."""
+def node(role, index=None, tag=None):
+    """The pid of this test's job process with DMLC_ROLE=role (and CDSGD_LAUNCH_INDEX=index,
+    and the job's tag)."""
     for pid in job_pids():
         try:
             env = open("/proc/%d/environ" % pid, "rb").read().split(b"\0")
         except OSError:
             continue
         if ("DMLC_ROLE=%s" % role).encode() in env and (
-                index is None or ("CDSGD_LAUNCH_INDEX=%d" % index).encode() in env):
+                index is None or ("CDSGD_LAUNCH_INDEX=%d" % index).encode() in env) and (
+                tag is None or ("CDSGD_STALL_JOB=%s" % tag).encode() in env):
             return pid
     raise AssertionError("no %s process found" % role)
 
 
-def read_until(proc, text, limit=90):
-    lines, deadline = [], time.time() + limit
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if text in line:
-            return lines
-    raise AssertionError("%r never printed:\n%s" % (text, "".join(lines[-30:])))
+class Stop(threading.Thread):
+    """One job that stops one of its nodes with SIGSTOP once it prints `when`: reads the job's
+    output all along (a full pipe would hold up the launcher's own output, and its watchdog)."""
+
+    def __init__(self, fault, when, role, index, steps=100000):
+        super().__init__(daemon=True)
+        self.role, self.index, self.when = role, index, when
+        self.tag = "%s-%s-%s" % (fault, role, index)
+        self.proc = start(fault, "--stall-timeout", "20", "--start-timeout", "120", steps=steps, tag=self.tag)
+        self.lines, self.stopped = [], None
+
+    def run(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if self.stopped is None and self.when in line:
+                os.kill(node(self.role, self.index, self.tag), signal.SIGSTOP)
+                self.stopped = time.time()
+        self.proc.wait()
+        self.ended = time.time()
 
 
-def stop_and_finish(proc, pid):
-    os.kill(pid, signal.SIGSTOP)
-    stopped = time.time()
-    out, _ = proc.communicate(timeout=120)
-    return proc.returncode, out, time.time() - stopped
-
-
-@pytest.mark.parametrize("role,index", [("worker", 1), ("server", 0), ("scheduler", None)])
-def test_a_stopped_node_ends_the_job_naming_it(role, index):
-    proc = start("none", *STALL)
-    read_until(proc, "step 10")
-    rc, out, took = stop_and_finish(proc, node(role, index))
-    label = role if index is None else "%s %d" % (role, index)
-    assert rc == 75, out[-3000:]
-    assert "launch | stall: %s (" % label in out and "no heartbeat for" in out
-    assert "stopping the job (--stall-timeout 20 s)" in out
-    assert "launch | warning: " in out  # warned before it stopped
-    assert took < 40
-    assert_job_gone()
-
-
-def test_a_scheduler_stopped_at_the_exit_barrier_ends_the_job():
-    proc = start("finish", *STALL, steps=20)
-    read_until(proc, "training done")
-    rc, out, took = stop_and_finish(proc, node("scheduler"))
-    assert rc == 75, out[-3000:]
-    assert "launch | stall: scheduler (" in out
-    assert took < 40
-    assert_job_gone()
-
-
-def test_a_worker_stopped_at_the_exit_barrier_ends_the_job():
-    proc = start("finish", *STALL, steps=20)
-    read_until(proc, "training done")
-    rc, out, took = stop_and_finish(proc, node("worker", 0))
-    assert rc == 75, out[-3000:]
-    assert "launch | stall: worker 0 (" in out
-    assert took < 40
+def test_a_stopped_node_ends_the_job_naming_it():
+    """A worker, the server and the scheduler stopped during training, and the scheduler and a
+    worker stopped at the exit barrier: five jobs at once (each mostly waits for its timeout)."""
+    jobs = [Stop("none", "step 10", "worker", 1), Stop("none", "step 10", "server", 0),
+            Stop("none", "step 10", "scheduler", None),
+            Stop("finish", "training done", "scheduler", None, steps=20),
+            Stop("finish", "training done", "worker", 0, steps=20)]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join(timeout=200)
+    for job in jobs:
+        out = "".join(job.lines)
+        label = job.role if job.index is None else "%s %d" % (job.role, job.index)
+        assert job.stopped is not None, "%s: never stopped:\n%s" % (job.tag, out[-3000:])
+        assert job.proc.returncode == 75, "%s:\n%s" % (job.tag, out[-3000:])
+        assert "launch | stall: %s (" % label in out and "no heartbeat for" in out, "%s:\n%s" % (job.tag, out[-3000:])
+        assert "stopping the job (--stall-timeout 20 s)" in out
+        assert "launch | warning: %s (" % label in out  # warned before it stopped
+        assert job.ended - job.stopped < 40, job.tag
     assert_job_gone()
 
 
@@ -118,3 +112,12 @@ def test_uneven_steps_end_the_job_naming_the_ranks():
     assert "every worker of a synchronous job must take the same number of steps" in out
     assert time.time() - t0 < 60
     assert_job_gone()
+
+
+def test_the_fault_benchmark_measures_a_stop():
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.faults", "--faults", "SIGSTOP scheduler",
+                           "--stall-timeout", "6"], cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = proc.stdout.splitlines()[-1].split()
+    assert row[:3] == ["SIGSTOP", "scheduler", "75"] and row[-1] == "True", proc.stdout
+    assert 6 <= float(row[3]) < 20, proc.stdout  # the stall timeout, then the stopping
