@@ -113,14 +113,19 @@ class Job:
         if secret is not None and not keep_stdin:
             env, fd = auth.handed_over(secret.encode(), env)
             fds = (fd,)
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.PIPE if keep_stdin else subprocess.DEVNULL,
-                                start_new_session=True, pass_fds=fds)
-        for fd in fds:
-            os.close(fd)
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.PIPE if keep_stdin else subprocess.DEVNULL,
+                                    start_new_session=True, pass_fds=fds)
+        finally:
+            for fd in fds:  # the secret's pipe: the child has its copy (or there is no child)
+                os.close(fd)
         if secret is not None and keep_stdin:
-            proc.stdin.write(secret.encode() + b"\n")
-            proc.stdin.flush()
+            try:
+                proc.stdin.write(secret.encode() + b"\n")
+                proc.stdin.flush()
+            except BrokenPipeError:
+                pass  # ssh ended already: its exit code stops the job like any failed node
         self.procs.append((label, proc))
         pump = threading.Thread(target=self._pump, args=(label, proc), daemon=True)
         pump.start()

@@ -87,6 +87,9 @@ def build(spec):
     cls = mx.optimizer.Optimizer.opt_registry.get(spec["name"])
     if cls is None:
         raise SpecError("optimizer %r is not registered on this server (module %s)" % (spec["name"], spec["module"]))
+    if cls.__module__ != spec["module"]:  # another class took the name here: not what the workers run
+        raise SpecError("optimizer %r is %s.%s on this server, %s.%s on the workers"
+                        % (spec["name"], cls.__module__, cls.__name__, spec["module"], cls.__name__))
     opt = cls.__new__(cls)
     opt.__setstate__(_unplain(spec["state"]))
     # pickle kept this alias; JSON makes two dicts of it (Optimizer._set_current_context)
