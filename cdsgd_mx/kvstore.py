@@ -27,6 +27,7 @@ One step t of pushpull(keys, grads, out=weights) (Algorithm 1, per bucket set):
 import atexit
 import json
 import os
+import sys
 import zlib
 
 import mxnet as mx
@@ -151,6 +152,7 @@ class CDSGD(KVStoreBase):
         self._updates = 0            # steps not skipped: the global optimizer's updates so far
         self.param_names = None      # set by the Trainer, for the start-up check and messages
         self._comm = Communicator()
+        self._beats = isinstance(self._backend, DistBackend)  # this store's steps are the job's (heartbeat.py)
         atexit.register(self._at_exit)  # stop the communication thread before MXNet shuts down
         self.tracer = Tracer(trace, pid=self._backend.rank)
         self.bytes_pushed = 0        # all pushes of this worker since creation
@@ -262,10 +264,12 @@ class CDSGD(KVStoreBase):
                 raise ValueError("parameters %s were fused into buckets with %s: push them all in one pushpull "
                                  "call every step" % (self._names(missing), self._names([k for k in bset.keys if k in given])))
         self._ensure_registered()
-        heartbeat.set_phase("train")
+        if self._beats:
+            heartbeat.set_phase("train")
         step = self._calls
         self._calls += 1
-        heartbeat.set_step(self._calls, self.rank)  # steps begun: the watchdog compares them across workers
+        if self._beats:  # steps begun: the watchdog compares them across workers
+            heartbeat.set_step(self._calls, self.rank)
         grads = dict(zip(keys, grads))
         for bset in sets:
             bset.outs.update((k, o) for k, o in zip(keys, outs) if k in bset.outs)
@@ -449,7 +453,8 @@ class CDSGD(KVStoreBase):
                 weights[b.weight_key] = mx.nd.array(flat[b.offset:b.offset + b.size])
         self._backend.assign(weights)
         self._calls, self._updates = worker["steps"]  # the local rate's schedule goes on where it was
-        heartbeat.set_resumed(self._calls)  # a restarted job tells the launcher where it resumed
+        if self._beats:
+            heartbeat.set_resumed(self._calls)  # a restarted job tells the launcher where it resumed
         for bset, saved in zip(self._sets, sets):
             bset.t = saved["t"]
             bset.comm_buf[:] = saved["comm_buf"]
@@ -771,12 +776,19 @@ class CDSGD(KVStoreBase):
         the heartbeat still runs (MXNet's own, in the store's destructor, comes after the
         interpreter has stopped every other thread: a node stopped there would look like any
         other exiting node)."""
+        if not self._beats:
+            self.close()
+            return
         heartbeat.set_phase("exit")  # its steps are final: the watchdog compares them with the others'
-        failed = self._comm is not None and self._comm._failed is not None
+        comm = self._comm
         self.close()
-        if isinstance(self._backend, DistBackend) and not failed:
-            with heartbeat.waiting("the exit barrier (every worker ends its training)"):
-                self._backend.kv._barrier()
+        if comm is not None and comm._failed is not None:  # a round failed since the last step: say so, fail
+            sys.stderr.write("cdsgd_mx: worker %s: the rounds left at exit failed: %s: %s; exiting without the "
+                             "kvstore barrier\n" % (self.rank, type(comm._failed.error).__name__, comm._failed.error))
+            sys.stderr.flush()
+            os._exit(1)
+        with heartbeat.waiting("the exit barrier (every worker ends its training)"):
+            self._backend.kv._barrier()
 
     def close(self):
         """Finish rounds in flight and stop the communication thread (also run at exit)."""

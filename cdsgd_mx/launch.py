@@ -50,6 +50,7 @@ from .watchdog import Watchdog
 
 EXIT_TIMEOUT = 124
 EXIT_STALL = 75  # EX_TEMPFAIL: the job stalled (a node stopped or hung); a restart may get past it
+EXIT_UNEVEN = 1  # uneven steps: the script's own bug, no restart gets past it
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
 
 
@@ -192,10 +193,11 @@ def run_with_restarts(args):
     Ctrl-C or --timeout): each attempt is a new job (new port, new secret) whose nodes find the
     attempt's number in CDSGD_RESTART and resume from their last complete checkpoint."""
     before = None  # the failed attempt's outcome
+    os.environ.setdefault("CDSGD_RUN_ID", auth.new_secret()[:16])  # one per run, the same for every attempt
     for attempt in range(args.max_restarts + 1):
-        outcome = {"attempt": attempt, "before": before}
+        outcome = {"attempt": attempt, "before": before, "restartable": True}
         rc = run_job(args, outcome)
-        if rc in (0, 130, EXIT_TIMEOUT) or attempt == args.max_restarts:
+        if rc == 0 or not outcome["restartable"] or attempt == args.max_restarts:
             return rc
         before = outcome
         print("launch | restart %d of %d: %s; the workers had begun at least %d steps (their last heartbeats); starting the job again, it resumes "
@@ -229,6 +231,7 @@ def run_job(args, outcome=None):
         "DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": str(port),
         "DMLC_NUM_SERVER": str(args.num_servers), "DMLC_NUM_WORKER": str(args.num_workers),
         "PYTHONUNBUFFERED": "1", "CDSGD_RESTART": str(outcome["attempt"]),
+        "CDSGD_RUN_ID": os.environ.get("CDSGD_RUN_ID", ""),
     }
     if not hosts:
         shared["DMLC_NODE_HOST"] = host
@@ -299,16 +302,23 @@ def run_job(args, outcome=None):
                 return 0
             if deadline and time.time() > deadline:
                 job.say("timeout after %gs; stopping the job" % args.timeout)
+                outcome["restartable"] = False  # --timeout bounds each attempt; it is the user's limit
                 return EXIT_TIMEOUT
             stalled = watch(watchdog, beats, job)
             report_resume(watchdog, outcome, job)
             if stalled:
                 outcome["cause"] = "stall: %s" % stalled
-                job.say("%s; stopping the job (--stall-timeout %g s)" % (outcome["cause"], args.stall_timeout))
+                limit = {"stall": " (--stall-timeout %g s)" % args.stall_timeout,
+                         "start": " (--start-timeout %g s)" % args.start_timeout}.get(watchdog.kind, "")
+                job.say("%s; stopping the job%s" % (outcome["cause"], limit))
+                if watchdog.kind == "uneven":  # the same steps would come again
+                    outcome["restartable"] = False
+                    return EXIT_UNEVEN
                 return EXIT_STALL
             time.sleep(0.05)
     except KeyboardInterrupt:
         job.say("interrupted; stopping the job")
+        outcome["restartable"] = False
         return 130
     finally:
         job.kill_all()
@@ -316,6 +326,15 @@ def run_job(args, outcome=None):
         report_resume(watchdog, outcome, job)
         outcome["step"] = watchdog.steps_begun()
         beats.close()
+
+
+def stopped_here(pid):
+    """Whether a process of this machine is stopped (SIGSTOP, a debugger): state T or t."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rpartition(")")[2].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def watch(watchdog, beats, job):
@@ -326,7 +345,8 @@ def watch(watchdog, beats, job):
         except OSError:  # BlockingIOError: none left
             break
     running = {label.split(" @")[0] for label, p in job.procs if p.poll() is None}
-    warnings, verdict = watchdog.check(running)
+    stopped = {label for label, p in job.procs if " @" not in label and p.poll() is None and stopped_here(p.pid)}
+    warnings, verdict = watchdog.check(running, stopped=stopped)
     for line in warnings:
         job.say("warning: " + line)
     return verdict

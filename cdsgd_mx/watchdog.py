@@ -33,6 +33,8 @@ class Watchdog:
         self.warn_after = min(warn_after, stall_timeout / 2)
         self.last = {}     # label -> (report, time received)
         self.warned = set()
+        self.stopped = set()  # labels the launcher saw stopped at the last check
+        self.kind = None      # of the last verdict: 'stall', 'start' (the start timeout) or 'uneven'
         self.dropped = 0   # datagrams without the job's MAC
 
     def receive(self, packet, now=None):
@@ -46,25 +48,30 @@ class Watchdog:
         self.last[msg["node"]] = (msg, time.monotonic() if now is None else now)
 
     # -- what the launcher asks every tick ---------------------------------------------------
-    def check(self, running, now=None):
-        """running: labels of the processes still alive. Returns (warnings, verdict): lines to
-        print now, and the reason to stop the job (None: carry on)."""
+    def check(self, running, now=None, stopped=()):
+        """running: labels of the processes still alive; stopped: those the launcher sees
+        stopped (a local process in state T). Returns (warnings, verdict): lines to print now,
+        and the reason to stop the job (None: carry on)."""
         now = time.monotonic() if now is None else now
         running = [l for l in self.labels if l in running]
+        self.stopped = set(stopped)
         uneven = self._uneven(running)
+        self.kind = "uneven" if uneven else "stall"
         if uneven or not self.stall_timeout:  # uneven steps end the job whatever the stall timeout
             return [], uneven
         warnings = []
-        for label in running:
-            silent = self._silent_for(label, now)
-            if silent is not None and silent > self.warn_after and self._phase(label) != "exit":
-                line = "%s: no heartbeat for %.0f s (stopped or hung?)%s" % (
-                    self._name(label), silent, self._where(label))
-                if silent > self.stall_timeout:
-                    return warnings, line
-                if ("silent", label) not in self.warned:
-                    self.warned.add(("silent", label))
-                    warnings.append(line)
+        # silence, in every phase: an exiting node falls silent when its interpreter shuts down,
+        # but then ends within seconds; one still there after the timeout is stuck in MXNet's
+        # exit barriers (stopped itself, or waiting for one that is)
+        silent = self._silent(running, now, self.warn_after)
+        for label in silent:
+            if ("silent", label) not in self.warned:
+                self.warned.add(("silent", label))
+                warnings.append(self._silence(label, now))
+        over = self._silent(running, now, self.stall_timeout)
+        if over:
+            others = [self._name(l) for l in over[1:]]
+            return warnings, self._silence(over[0], now) + ("; silent too: %s" % ", ".join(others) if others else "")
         for label in running:
             wait = self._wait(label, now)
             if wait is None:
@@ -76,6 +83,7 @@ class Watchdog:
             line = "%s has waited %.0f s for %s; missing: %s" % (
                 self._name(label), waited, what, self._suspects(label, running, now))
             if waited > limit:
+                self.kind = "start" if self._phase(label) == "start" else "stall"
                 return warnings, line
             if ("wait", label, what) not in self.warned:
                 self.warned.add(("wait", label, what))
@@ -95,17 +103,31 @@ class Watchdog:
                                                            for l in ahead)))
         return None
 
+    def _silent(self, running, now, longer_than):
+        """Running nodes heard before and silent for longer than that: the ones the launcher
+        sees stopped first, then those not exiting (an exiting one may be waiting on them)."""
+        silent = [l for l in running if self._silent_for(l, now) is not None and self._silent_for(l, now) > longer_than]
+        return sorted(silent, key=lambda l: (l not in self.stopped, self._phase(l) == "exit"))
+
+    def _silence(self, label, now):
+        return "%s: no heartbeat for %.0f s (%s)%s" % (
+            self._name(label), self._silent_for(label, now),
+            "stopped: its process is in state T" if label in self.stopped else "stopped or hung?", self._where(label))
+
     def _suspects(self, waiter, running, now):
-        silent = [l for l in running if self._silent_for(l, now) is not None and self._silent_for(l, now) > SILENT_AFTER
-                  and self._phase(l) != "exit"]
+        silent = self._silent(running, now, SILENT_AFTER)
         if silent:
-            return ", ".join("%s (no heartbeat for %.0f s)" % (self._name(l), self._silent_for(l, now)) for l in silent)
+            return ", ".join("%s (no heartbeat for %.0f s%s)" % (self._name(l), self._silent_for(l, now),
+                                                                  ", stopped" if l in self.stopped else "")
+                             for l in silent)
         never = [l for l in running if l not in self.last]
         if never:
             return ", ".join("%s (never reported: not started, or not using cdsgd_mx)" % l for l in never)
         step = self.last[waiter][0]["step"]
-        behind = [l for l in running if l.startswith("worker") and self._wait(l, now) is None
-                  and self._phase(l) == self._phase(waiter) and self.last[l][0]["step"] <= step]
+        order = {"start": 0, "train": 1, "exit": 2}
+        behind = [l for l in running if l.startswith("worker") and l != waiter and self._wait(l, now) is None
+                  and order.get(self._phase(l), 0) <= order.get(self._phase(waiter), 0)
+                  and self.last[l][0]["step"] <= step]
         if behind:
             return ", ".join("%s (at step %d, busy in its own code)" % (self._name(l), self.last[l][0]["step"])
                              for l in behind)

@@ -158,6 +158,17 @@ def open_metrics(path, resume, it, epoch):
     return log
 
 
+def written_by(ckpt, run):
+    """Whether checkpoint ckpt was written by this launcher run (a restart resumes only from
+    its own: an older run's checkpoint in the same `out` is not this run's progress). A
+    manifest that cannot be read counts as ours: loading it then says what is wrong."""
+    from cdsgd_mx import checkpoint
+    try:
+        return checkpoint.read_manifest(ckpt).get("extra", {}).get("run") == run
+    except ValueError:
+        return True
+
+
 def worker(cfg, resume):
     import mxnet as mx
     import numpy as np
@@ -168,7 +179,8 @@ def worker(cfg, resume):
     mx.random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     kvstore = "dist_sync" if "DMLC_ROLE" in os.environ else "local"
-    resume = resume or int(os.environ.get("CDSGD_RESTART", "0")) > 0  # restarted by the launcher (--max-restarts)
+    run = os.environ.get("CDSGD_RUN_ID")  # the launcher's, the same across its restarts
+    restarted = int(os.environ.get("CDSGD_RESTART", "0")) > 0  # by the launcher (--max-restarts)
     k = choose_k(cfg)
     trainer_args = dict(kvstore=kvstore, algorithm=cfg.algorithm, k=k, warmup_steps=cfg.warmup_steps,
                         threshold=cfg.threshold, nonfinite=cfg.nonfinite,
@@ -194,7 +206,7 @@ def worker(cfg, resume):
     os.makedirs(cfg.out, exist_ok=True)
     ckpt = os.path.join(cfg.out, "checkpoint.states")  # the manifest of the last complete set
     start_epoch = 0
-    if resume and os.path.exists(ckpt):
+    if os.path.exists(ckpt) and (resume or restarted and written_by(ckpt, run)):
         try:
             start_epoch = trainer.load_states(ckpt)["epoch"]  # the parameters' weights come with it
         except (ValueError, KeyError) as e:
@@ -205,7 +217,7 @@ def worker(cfg, resume):
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
             json.dump(dict(C.as_dict(cfg), k_used=k, data=source), f, indent=1)
     it = start_epoch * per_epoch
-    log = open_metrics(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), resume, it, start_epoch)
+    log = open_metrics(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), resume or restarted, it, start_epoch)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     for epoch in range(start_epoch, epochs):
         factor = cfg.lr_factor ** sum(1 for e in cfg.lr_steps if e <= epoch)
@@ -259,7 +271,7 @@ def worker(cfg, resume):
                 epoch + 1, record["loss"] or float("nan"), record["train_accuracy"],
                 "%.4f" % test_acc if test_acc is not None else "-"), flush=True)
         if cfg.checkpoint:
-            trainer.save_states(ckpt, extra={"epoch": epoch + 1})  # raises (the job stops) if any node fails
+            trainer.save_states(ckpt, extra={"epoch": epoch + 1, "run": run})  # raises (the job stops) if any node fails
     log.close()
 
 

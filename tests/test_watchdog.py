@@ -88,3 +88,51 @@ def test_beats_without_the_jobs_mac_or_overtaken_on_the_way_are_ignored():
     assert dog.last["worker 0"][0]["phase"] == "exit"
     dog.receive(beat("worker 0", 1, step=0, phase="start", pid=2), 1)  # a new process (a restart) starts over
     assert dog.last["worker 0"][0]["phase"] == "start"
+
+
+def test_nodes_silent_at_exit_stop_the_job_the_stopped_one_named_first():
+    dog = Watchdog(SECRET, LABELS, stall_timeout=20)
+    for label in LABELS:
+        dog.receive(beat(label, 1, step=20, phase="exit" if label.startswith("worker") else "train"), 0)
+    for t in range(1, 30):  # the workers fell silent in MXNet's exit barriers; scheduler and server beat on
+        for label in ("scheduler", "server 0"):
+            dog.receive(beat(label, t + 1), t)
+        warnings, verdict = dog.check(set(LABELS), t, stopped={"worker 1"})
+        if verdict:
+            break
+    assert t == 21
+    assert verdict == ("worker 1 (rank 1, host h): no heartbeat for 21 s (stopped: its process is in state T), last in "
+                       "phase exit; silent too: worker 0 (rank 0, host h)")
+
+
+def test_a_worker_busy_in_an_earlier_phase_is_named_behind_one_at_the_exit_barrier():
+    dog = Watchdog(SECRET, LABELS, stall_timeout=20)
+    for t in range(0, 22):
+        everyone(dog, t, t + 1)
+        dog.receive(beat("worker 0", t + 100, step=5, phase="exit", wait="the exit barrier", waited=float(t)), t)
+    _, verdict = dog.check(set(LABELS), 21.5)
+    assert verdict.endswith("missing: worker 1 (rank 1, host h) (at step 5, busy in its own code)")
+
+
+def test_a_restart_resumes_only_from_its_own_runs_checkpoint(tmp_path):
+    import os
+    import sys
+    import mxnet as mx
+    from mxnet import gluon
+    import cdsgd_mx
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    try:
+        import train
+    finally:
+        sys.path.pop(0)
+    params = gluon.ParameterDict()
+    params.get("w", shape=(4,), init=mx.init.One())
+    params.initialize()
+    trainer = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local")
+    params.get("w").grad()[:] = 1
+    trainer.step(1, ignore_stale_grad=True)
+    ckpt = str(tmp_path / "checkpoint.states")
+    trainer.save_states(ckpt, extra={"epoch": 1, "run": "run-a"})
+    assert train.written_by(ckpt, "run-a") and not train.written_by(ckpt, "run-b")
+    open(ckpt, "wb").write(b"garbage")
+    assert train.written_by(ckpt, "run-b")  # unreadable: loading it will say what is wrong

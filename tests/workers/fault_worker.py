@@ -9,6 +9,8 @@
 --fault late      launch index 1 sleeps 40 s before it starts (never registers in time)
 --fault finish    trains --steps steps, prints 'training done', waits 3 s, exits (the test
                   stops a node at the exit barrier)
+--fault exit      as finish, but launch index 0 exits at once and index 1 after 8 s: index 0
+                  waits inside the exit barrier meanwhile (the test stops it there)
 """
 import argparse
 import os
@@ -58,6 +60,9 @@ def main():
     if args.fault == "finish":
         print("training done", flush=True)
         time.sleep(3)
+    if args.fault == "exit":
+        print("training done", flush=True)
+        time.sleep(8 if index == 1 else 0)
 
 
 if __name__ == "__main__":
