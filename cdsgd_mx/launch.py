@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 
-from . import auth
+from . import auth, heartbeat
 from .watchdog import Watchdog
 
 EXIT_TIMEOUT = 124
@@ -220,7 +220,7 @@ def report_resume(watchdog, outcome, job):
 def run_job(args, outcome=None):
     """One attempt of the job; outcome (a dict) gets the cause of a failure and the steps
     the workers had begun."""
-    outcome = {"attempt": 0, "before": None} if outcome is None else outcome
+    outcome = {"attempt": 0, "before": None, "restartable": True} if outcome is None else outcome
     hosts = read_hostfile(args.hostfile) if args.hostfile else None
     host = args.host or (socket.gethostbyname(socket.gethostname()) if hosts else "127.0.0.1")
     if args.port and not hosts and port_taken(host, args.port):
@@ -321,8 +321,15 @@ def run_job(args, outcome=None):
         outcome["restartable"] = False
         return 130
     finally:
+        if outcome.get("cause") and outcome["restartable"] and outcome["attempt"] < args.max_restarts:
+            # a restart follows: a last beat from the nodes still alive (they wait where the
+            # failed node left them) makes the steps begun, and so the steps lost, exact
+            end = time.time() + heartbeat.INTERVAL + 0.2
+            while time.time() < end:
+                watch(watchdog, beats, job, quiet=True)
+                time.sleep(0.05)
         job.kill_all()
-        watch(watchdog, beats, job)  # the last beats, for the steps begun
+        watch(watchdog, beats, job, quiet=True)  # the last beats, for the steps begun
         report_resume(watchdog, outcome, job)
         outcome["step"] = watchdog.steps_begun()
         beats.close()
@@ -337,8 +344,9 @@ def stopped_here(pid):
         return False
 
 
-def watch(watchdog, beats, job):
-    """Read the heartbeats that arrived, print the watchdog's warnings; its verdict, if any."""
+def watch(watchdog, beats, job, quiet=False):
+    """Read the heartbeats that arrived, print the watchdog's warnings (unless quiet); its
+    verdict, if any."""
     for _ in range(1000):  # bounded: a flood from outside the job cannot hold the launcher here
         try:
             watchdog.receive(beats.recv(65536))
@@ -347,7 +355,7 @@ def watch(watchdog, beats, job):
     running = {label.split(" @")[0] for label, p in job.procs if p.poll() is None}
     stopped = {label for label, p in job.procs if " @" not in label and p.poll() is None and stopped_here(p.pid)}
     warnings, verdict = watchdog.check(running, stopped=stopped)
-    for line in warnings:
+    for line in warnings if not quiet else ():
         job.say("warning: " + line)
     return verdict
 
