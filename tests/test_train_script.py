@@ -36,7 +36,9 @@ def test_two_workers_on_synthetic_data_write_metrics_and_checkpoints(tmp_path):
     assert [f.rsplit(".", 1)[-1] for f in files[1:]] == ["worker0", "worker1", "server0"]
     assert all(os.path.exists(f) for f in files)
     assert sorted(f for f in os.listdir(out) if f.startswith("checkpoint")) == sorted(map(os.path.basename, files))
-    assert checkpoint.read_manifest(manifest)["extra"] == {"epoch": 1}
+    extra = checkpoint.read_manifest(manifest)["extra"]
+    assert sorted(extra) == ["epoch", "run"] and extra["epoch"] == 1
+    assert len(extra["run"]) == 16 and int(extra["run"], 16) >= 0  # the launcher's run id (a restart resumes only its own)
     for rank in (0, 1):
         assert checkpoint.load_parameters(manifest, rank)  # each worker's parameters are in the set
 
