@@ -190,8 +190,9 @@ def ssh_command(args, host, env, cmd):
 
 def run_with_restarts(args):
     """run_job, and again up to --max-restarts times after a failure or a stall (never after
-    Ctrl-C or --timeout): each attempt is a new job (new port, new secret) whose nodes find the
-    attempt's number in CDSGD_RESTART and resume from their last complete checkpoint."""
+    Ctrl-C, --timeout or uneven steps): each attempt is a new job (a new port unless --port is
+    given, a new secret) whose nodes find the attempt's number in CDSGD_RESTART, the run's id in
+    CDSGD_RUN_ID, and resume from their last complete checkpoint."""
     before = None  # the failed attempt's outcome
     os.environ.setdefault("CDSGD_RUN_ID", auth.new_secret()[:16])  # one per run, the same for every attempt
     for attempt in range(args.max_restarts + 1):
