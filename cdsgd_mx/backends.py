@@ -39,6 +39,20 @@ def _registration(buckets, threshold, compressing):
             "payloads": {str(b.payload_key): [b.weight_key, b.size, threshold] for b in buckets} if compressing else {}}
 
 
+MAX_RESENDS = 100  # a round dropped this often in a row: a flood from outside the job, not a stray push
+
+
+def dropped(rank, what, attempt):
+    """A round the server dropped (a push from outside the job took a place in it): say so on
+    this worker; after MAX_RESENDS in a row stop rather than spin."""
+    if attempt >= MAX_RESENDS:
+        raise RuntimeError("the server dropped %s %d times in a row: pushes from outside the job keep reaching it "
+                           "(its log says 'dropped message'); stopping" % (what, attempt + 1))
+    sys.stderr.write("cdsgd_mx worker %d: the server dropped %s (a push from outside the job took a place in it); "
+                     "sending it again\n" % (rank, what))
+    sys.stderr.flush()
+
+
 _command_numbers = itertools.count(1)  # per process, as the servers' count of the job's commands
 
 
@@ -89,7 +103,7 @@ class DistBackend:
     def seal(self, bucket):
         """Before a round of the bucket is pushed: its proof after the data in comm_buf and
         after the codes in this worker's payload row. Normally already written, off the
-        critical path, by the check of the round before (check_bucket)."""
+        critical path, after the check of the round before (seal_next)."""
         if bucket.sealed_for != self.rounds.get(bucket.weight_key, 0):
             self._seal_next(bucket)
 
@@ -103,38 +117,62 @@ class DistBackend:
                 auth.tag(self.secret, "codes", self.rank, count, wk, bucket.size))
         bucket.sealed_for = count
 
-    def check(self, group, status):
-        """After the pull that follows this worker's push to `group`: the server's count of the
-        rounds it applied must have gone one up. It stays put when the server dropped the round
-        for a push without the job's proof; MXNet closed that round one push early, and its
-        later rounds of the key would mix steps, so the job stops."""
-        expected = self.rounds.get(group, 0) + 1
-        if status != expected:
-            raise RuntimeError(
-                "the server of key %d dropped round %d (its count of applied rounds: %g): a push that is not the job's "
-                "reached it (its log says 'dropped message'), and MXNet's server, which counts pushes per key before "
-                "any check, cannot realign the rounds; stopping rather than training on a wrong model"
-                % (group, expected - 1, status))
-        self.rounds[group] = expected
+    def applied(self, group, status):
+        """Whether the server applied this worker's last round of `group`: the count of applied
+        rounds that the pull brought back after the data went one up (this worker then counts
+        it too). It stays put when the server dropped the round: a push that is not the job's
+        reached it, and MXNet's server, which counts pushes per key before any check, closed
+        the round with it, one of the job's pushes short. The caller then sends its push again
+        (resend): the pushes of the dropped round come again, the one it left out is already
+        there, and the next round of the key holds every worker's push once."""
+        count = self.rounds.get(group, 0)
+        if status == count + 1:
+            self.rounds[group] = count + 1
+            return True
+        if status == count:
+            return False
+        raise RuntimeError("the server of key %d answered round %d with a count of %g applied rounds: the rounds "
+                           "of this worker and the server's are out of step" % (group, count, status))
 
-    def check_bucket(self, bucket):
-        """check() with the count the pull brought back after the bucket's weights (waits for
-        it), then the proofs of the next round (communication thread, after the flush)."""
-        self.check(bucket.weight_key, float(bucket.comm_status.asnumpy()[0]))
+    def bucket_applied(self, bucket):
+        """applied() with the count the pull brought back after the bucket's weights (waits for
+        the pull)."""
+        return self.applied(bucket.weight_key, float(bucket.comm_status.asnumpy()[0]))
+
+    def seal_next(self, bucket):
+        """The proofs of the bucket's next round, written ahead (after an applied round, off the
+        step's critical path)."""
         self._seal_next(bucket)
+
+    def resend(self, bucket, compressed, gradient):
+        """Push the bucket's dropped round again and pull: the codes still in this worker's
+        payload row, or the fp32 gradient from `gradient` (where g(t) still is: the pull wrote
+        W over comm_buf), each with the same proof (the round count did not move)."""
+        if compressed:
+            self.push_payload(bucket.payload_key)
+            self.request_acks([bucket.payload_key])
+            self.wait_acks([bucket.payload_key])
+        else:
+            gradient.copyto(bucket.comm)
+            self._seal_next(bucket)  # the pull overwrote the region too
+            self.push(bucket.weight_key, bucket.comm_wire)
+        self.pull(bucket.weight_key, bucket.comm_wire)
 
     def round_trip(self, key, data):
         """One proven round of a dense key outside the training steps (start-up, votes,
-        checkpoint restore): push data and proof, pull, check; returns the stored data."""
+        checkpoint restore): push data and proof, pull, check (again while a server drops it);
+        returns the stored data."""
         data = np.asarray(data, np.float32).reshape(-1)
-        wire = mx.nd.array(np.concatenate([data, self.proof(key, data.size, "fp32")]))
-        self.kv.push(key, wire)
-        back = mx.nd.zeros(wire.shape)
-        self.kv.pull(key, out=back)  # ordered after this worker's push of the same key
-        with heartbeat.waiting("a round of key %d (start-up, vote or restore)" % key):
-            values = back.asnumpy()
-        self.check(key, float(values[data.size]))
-        return values[:data.size]
+        for attempt in range(MAX_RESENDS + 1):
+            wire = mx.nd.array(np.concatenate([data, self.proof(key, data.size, "fp32")]))
+            self.kv.push(key, wire)
+            back = mx.nd.zeros(wire.shape)
+            self.kv.pull(key, out=back)  # ordered after this worker's push of the same key
+            with heartbeat.waiting("a round of key %d (start-up, vote or restore)" % key):
+                values = back.asnumpy()
+            if self.applied(key, float(values[data.size])):
+                return values[:data.size]
+            dropped(self.rank, "round %d of key %d" % (self.rounds.get(key, 0), key), attempt)
 
     def init_payloads(self, buckets):
         """Payload keys and the arrays every compressed push reuses (nothing is allocated on
@@ -356,7 +394,10 @@ class LocalBackend:
     def seal(self, bucket):
         pass
 
-    def check_bucket(self, bucket):
+    def bucket_applied(self, bucket):
+        return True  # in process: every push is applied at once
+
+    def seal_next(self, bucket):
         pass
 
     def push_payload(self, key):

@@ -1,14 +1,20 @@
 """The communication thread: runs each parameter's round (quantize, push, pull) in order, in
 the background, so that the next forward/backward overlaps it.
 
-A round has up to three phases. Its push phase runs as soon as the thread reaches it; it may
+A round has up to four phases. Its push phase runs as soon as the thread reaches it; it may
 return a finish function (wait for the servers' acknowledgement, then issue the pull) that the
 thread runs at the next flush, after the push phases of every round submitted before that
 flush. So the pushes of all parameters of a step leave back to back and their acknowledgements
 travel together, instead of one parameter's round trip after another. A finish function may
-return a check (read what the servers said about the round once the pull has landed), which
-the thread runs after it has told the main thread that the flush's pulls are issued: checks
-cost the main thread no wait, and a failed one is raised at its next call.
+return a check: it reads what the servers said about the round once the pull has landed, and
+sends the round again where a server dropped it (a push from outside the job took its place,
+auth.py), so that what was pulled is the applied round's. The round is `issued` once its pull
+is handed to MXNet's engine (the main thread may then queue copies of the pulled weights, which
+the engine orders after the pull) and `ready` once its check has passed: the main thread waits
+for that before it lets anything read those weights, and queues the copies again where a round
+was sent again (CDSGD.finish_step). A check may return a follow-up (the next round's proofs),
+run after the main thread was told: it costs the step no wait. A failure in any phase is raised
+at the main thread's next call.
 
 Only this thread calls the native kvstore once training runs: MXNet's KVStoreDist is not meant
 to be driven from two Python threads at once.
@@ -19,13 +25,16 @@ import threading
 
 class Round:
     """A submitted job. `issued` is set once its pull has been handed to MXNet's engine: from
-    then on any engine op that reads the pulled array is ordered after the pull."""
+    then on any engine op that reads the pulled array is ordered after the pull. `ready` is set
+    once its check has passed too: the pull is (or is ordered after) that of a round the
+    servers applied."""
 
     def __init__(self, fn, label):
         self.fn = fn
         self.label = label
         self.issued = threading.Event()
-        self.checked = threading.Event()  # its check (if any) ran too
+        self.ready = threading.Event()
+        self.done = threading.Event()  # its follow-up (if any) ran too
         self.error = None
 
 
@@ -53,14 +62,19 @@ class Communicator:
         return self.submit(None, "flush")
 
     def wait(self, job):
-        """Block until job's pull is issued; re-raise any error of the communication thread."""
+        """Block until job is ready; re-raise any error of the communication thread."""
+        job.ready.wait()
+        self.raise_if_failed()
+
+    def wait_issued(self, job):
+        """Block until job's pulls are issued (its check may still be running)."""
         job.issued.wait()
         self.raise_if_failed()
 
     def drain(self):
-        """Wait for every submitted round, its check included."""
+        """Wait for every submitted round, its follow-up included."""
         job = self.flush()
-        job.checked.wait()
+        job.done.wait()
         self.raise_if_failed()
 
     def raise_if_failed(self):
@@ -73,45 +87,45 @@ class Communicator:
         if self._failed is None:
             self._failed = job
 
+    def _phase(self, job, fn, results):
+        """Run one phase of job (unless something failed already); keep what it returns."""
+        if self._failed is None:
+            try:
+                result = fn()
+                if result is not None:
+                    results.append((job, result))
+            except BaseException as e:  # kept for the main thread, which re-raises it
+                self._fail(job, e)
+
     def _run(self):
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            if job.fn is None:  # flush: finish the rounds waiting for it, in order, then check them
-                checks, finished = [], [pending for pending, _ in self._pending]
-                for pending, finish in self._pending:
-                    if self._failed is None:
-                        try:
-                            check = finish()
-                            if check is not None:
-                                checks.append((pending, check))
-                        except BaseException as e:
-                            self._fail(pending, e)
-                    pending.issued.set()
-                self._pending = []
-                job.issued.set()
-                for pending, check in checks:
-                    if self._failed is None:
-                        try:
-                            check()
-                        except BaseException as e:
-                            self._fail(pending, e)
-                for pending in finished:
-                    pending.checked.set()
-                job.checked.set()
+            if job.fn is not None:  # a round's push phase
+                finishes = []
+                self._phase(job, job.fn, finishes)
+                if finishes:
+                    self._pending.append(finishes[0])
+                else:
+                    for event in (job.issued, job.ready, job.done):
+                        event.set()
                 continue
-            finish = None
-            if self._failed is None:
-                try:
-                    finish = job.fn()
-                except BaseException as e:  # kept for the main thread, which re-raises it
-                    self._fail(job, e)
-            if finish is None:
-                job.issued.set()
-                job.checked.set()
-            else:
-                self._pending.append((job, finish))
+            # flush: finish the rounds waiting for it, in order, check them, then tell the main thread
+            rounds, checks, follow_ups = [r for r, _ in self._pending], [], []
+            for r, finish in self._pending:
+                self._phase(r, finish, checks)
+            self._pending = []
+            for r in rounds + [job]:
+                r.issued.set()
+            for r, check in checks:
+                self._phase(r, check, follow_ups)
+            for r in rounds + [job]:
+                r.ready.set()
+            for r, follow_up in follow_ups:
+                self._phase(r, follow_up, [])
+            for r in rounds + [job]:
+                r.done.set()
 
     def close(self):
         self._jobs.put(None)

@@ -15,10 +15,10 @@ names, Fig. 4), per bucket set:
 
 One step t of pushpull(keys, grads, out=weights) (Algorithm 1, per bucket set):
   synchronous steps (warm-up before n-1, ssgd, bitsgd): comm_buf = g(t); push it (fp32 or
-      codes), pull W(t+1) into comm_buf; the parameters get W(t+1) once the pulls are issued
+      codes), pull W(t+1) into comm_buf; the parameters get W(t+1) once the rounds are ready
       (finish_step; the engine orders the next forward after the copies).
   delayed steps (odsgd/cdsgd from step n-1 on):
-      1. wait until W(t), the previous round's pull, is issued into comm_buf;
+      1. wait until W(t), the previous round's pull, is issued into comm_buf (its round ready);
       2. loc_buf = W(t), then the local optimizer steps it with g(t)  -> x(t+1)   (eq. 11),
          copied into the parameters;
       3. comm_buf = g(t); hand round t (quantize?, push, pull W(t+1) into comm_buf) to the
@@ -36,7 +36,7 @@ from mxnet.kvstore import KVStoreBase
 
 from . import buckets as bucketing
 from . import auth, checkpoint, codec, heartbeat, optimizer_spec, protocol
-from .backends import DistBackend, LocalBackend
+from .backends import MAX_RESENDS, DistBackend, LocalBackend, dropped
 from .comm import CommError, Communicator
 from .schedule import ALGORITHMS, COMPRESSING, DELAYED, Schedule
 from .trace import Tracer
@@ -159,6 +159,7 @@ class CDSGD(KVStoreBase):
         self.bytes_by_step = {}      # step -> bytes pushed by this worker at that step
         self.driven_by_trainer = False
         self._sync_sets = []         # synchronous rounds of this step: parameters = comm_buf after the pull
+        self.resent = 0              # rounds sent again after a server dropped them (a push from outside the job)
 
     # ---- KVStoreBase API -------------------------------------------------------------------
     @property
@@ -617,7 +618,7 @@ class CDSGD(KVStoreBase):
 
     def _sync_step(self, bset, t):
         """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weights into
-        comm_buf; the parameters = comm_buf once the pulls are issued (finish_step)."""
+        comm_buf; the parameters = comm_buf once the rounds are ready (finish_step)."""
         if bset.in_flight is not None:  # cannot happen with the schedules above; kept safe
             self._comm.wait(bset.in_flight)
             bset.in_flight = None
@@ -649,6 +650,7 @@ class CDSGD(KVStoreBase):
         since MXNet orders a pull after a push of the same key. The finish phase returns the
         check of the servers' counts that came back with the pulls."""
         compressed = self.schedule.compressed(t)
+        keep = not compressed and self.schedule.delayed(t) and bset.region  # see _kept_gradient
         pushed = 0
         for i, b in enumerate(bset.buckets):
             if compressed:
@@ -666,12 +668,14 @@ class CDSGD(KVStoreBase):
                 with self.tracer.span("push fp32", bucket=i, step=t):
                     self._backend.seal(b)
                     self._backend.push(b.weight_key, b.comm_wire)
+                    if keep:
+                        b.comm.copyto(b.loc)  # before the pull writes W over it
                 pushed += 4 * (b.size + bset.region)
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
         if not compressed:
             self._pull(bset, t)
-            return lambda: (lambda: self._check(bset, t))  # nothing left to finish; check after the flush
+            return lambda: (lambda: self._check(bset, t))  # nothing left to finish; check at the flush
         # a pull of the weight key is not ordered after a push to the payload key: request the
         # acknowledgements now, wait for them and pull at the flush
         payload_keys = [b.payload_key for b in bset.buckets]
@@ -686,11 +690,29 @@ class CDSGD(KVStoreBase):
         return finish
 
     def _check(self, bset, t):
-        """Communication thread, after the flush's pulls are issued: each bucket's round was
-        applied by its server (the count after the weights went one up), else the job stops."""
+        """Communication thread, after the flush's pulls are issued and before the main thread
+        may read what they bring: each bucket's round was applied by its server (the count
+        after the weights went one up), else it is sent again (backends.DistBackend.applied)
+        until it is. Returns the follow-up: the proofs of the next rounds."""
+        compressed = self.schedule.compressed(t)
         for i, b in enumerate(bset.buckets):
-            with heartbeat.waiting("step %d's pull of bucket %d (key %d)" % (t, i, b.weight_key)):
-                self._backend.check_bucket(b)
+            for attempt in range(MAX_RESENDS + 1):
+                with heartbeat.waiting("step %d's pull of bucket %d (key %d)" % (t, i, b.weight_key)):
+                    if self._backend.bucket_applied(b):
+                        break
+                dropped(self.rank, "round %d of bucket %d (key %d, step %d)" % (
+                    self._backend.rounds.get(b.weight_key, 0), i, b.weight_key, t), attempt)
+                self.resent += 1
+                with self.tracer.span("resend", bucket=i, step=t):
+                    self._backend.resend(b, compressed, self._kept_gradient(b, t))
+        return lambda: [self._backend.seal_next(b) for b in bset.buckets]
+
+    def _kept_gradient(self, b, t):
+        """Where g(t) of a bucket still is for an fp32 round sent again: in grad_buf for a
+        synchronous step (the main thread waits for this round before the next backward), in
+        loc_buf for a delayed one (free until the next step's comm_to_loc: _round keeps g(t)
+        there, one copy per delayed fp32 round, since MXNet pulls into the array pushed)."""
+        return b.loc if self.schedule.delayed(t) else b.grad
 
     def _payload_bytes(self, b):
         return 4 * (b.words + (auth.TAG_FLOATS if self._backend.region else 0)) + 8  # + the row index
@@ -705,12 +727,17 @@ class CDSGD(KVStoreBase):
     # ---- helpers for the Trainer -------------------------------------------------------------
     def finish_step(self):
         """End of a Trainer step: let the communication thread finish this step's rounds; wait
-        only if some were synchronous (their pulls must be issued before the next forward)."""
+        only if some were synchronous (their rounds must be ready before the next forward)."""
         flush = self._comm.flush()
         if self._sync_sets:
-            self._comm.wait(flush)
+            resent = self.resent
+            self._comm.wait_issued(flush)
             for bset in self._sync_sets:  # the engine orders the copies after the pulls
                 bset.scatter("comm")
+            self._comm.wait(flush)  # the rounds were applied: nothing reads a dropped round's weights
+            if self.resent != resent:  # a round was sent again: copy the weights it brought back
+                for bset in self._sync_sets:
+                    bset.scatter("comm")
         self._sync_sets = []
 
     @property

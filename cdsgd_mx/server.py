@@ -370,19 +370,20 @@ class ServerState:
         """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""
         from mxnet import ndarray as nd  # mx.nd is not bound yet while a server imports
         wk, n, threshold = self.payloads[pk]
-        if wk not in self.weights:
-            raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
-        if pk not in self._decoded:
-            self._decoded[pk] = nd.zeros((n,), ctx=self.weights[wk].context)
-        decoded = self._decoded[pk]
         wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
         if self.region:
             start = time.perf_counter()
-            if not self.proven_rows(pk, wk, n, wire, row_ids):
+            if not self.proven_rows(pk, wk, n, wire, row_ids):  # before anything else: anyone can push
                 return
             wire = np.ascontiguousarray(wire[:, :codec.packed_size(n)])
+        if wk not in self.weights:
+            raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
+        if self.region:
             self.count_round(wk, self.weights[wk], n)  # waited for by apply_gradient
             self.proof_seconds += time.perf_counter() - start
+        if pk not in self._decoded:
+            self._decoded[pk] = nd.zeros((n,), ctx=self.weights[wk].context)
+        decoded = self._decoded[pk]
         if wire.shape[1] != codec.packed_size(n):
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], codec.packed_size(n)))
         codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row

@@ -76,6 +76,18 @@ def push(port, key, values):
     send(port, [meta(head=0, push=True, data_type=(8, 0, 3), data_size=sum(map(len, frames)))] + frames)
 
 
+def push_rows(port, key, rows, values):
+    """A row_sparse float32 push of values ([len(rows), width]) to rows of `key` (one server),
+    as KVStoreDist's PushRowSparse sends one: head = MXNet's request type for a row_sparse
+    push of float32 (1: Cantor pairing of kRowSparsePushPull and kFloat32), keys = the key then
+    key + row for each row, lengths 0 then each row's bytes."""
+    import numpy as np
+    values = np.asarray(values, np.float32).reshape(len(rows), -1)
+    frames = [np.array([key] + [key + r for r in rows], np.uint64).tobytes(), values.tobytes(),
+              np.array([0] + [4 * values.shape[1]] * len(rows), np.int32).tobytes()]
+    send(port, [meta(head=1, push=True, data_type=(8, 0, 3), data_size=sum(map(len, frames)))] + frames)
+
+
 def raw_bytes(port, data, host="127.0.0.1"):
     """Bytes that are not a ZeroMQ message at all."""
     with socket.create_connection((host, port), timeout=5) as s:

@@ -194,9 +194,12 @@ def test_messages_from_outside_the_job_change_nothing_and_the_secret_leaks_nowhe
     assert "dropped message 4: a command without the job's MAC" in out, out[-4000:]
     assert "dropped message 5" not in out, out[-4000:]
     assert "dropped message 1: not a cdsgd_mx command" in out
-    # weights unchanged by it: the job trained exactly as the simulation says
+    _simulated_weights_equal(tmp_path, "cdsgd")  # weights unchanged by it: trained as the simulation says
+
+
+def _simulated_weights_equal(tmp_path, algorithm):
     init = [init_value(i, s) for i, s in enumerate(SHAPES)]
-    xs, W = simulate("cdsgd", 2, STEPS, WARMUP, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
+    xs, W = simulate(algorithm, 2, STEPS, WARMUP, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
                      CFG["batch"])
     for r in range(2):
         got = dict(np.load(tmp_path / "out" / ("rank%d.npz" % r)))
@@ -206,24 +209,39 @@ def test_messages_from_outside_the_job_change_nothing_and_the_secret_leaks_nowhe
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["ssgd", "cdsgd"])
-def test_a_push_from_outside_the_job_is_never_applied_and_stops_the_job_loudly(tmp_path, algorithm):
+@pytest.mark.parametrize("algorithm,target", [("ssgd", "weights"), ("odsgd", "weights"), ("cdsgd", "weights"),
+                                              ("bitsgd", "codes"), ("cdsgd", "codes")])
+def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(tmp_path, algorithm, target):
     """MXNet's server counts the outsider's push into the key's round before any Python code
     runs, so the round closes one push early: the server must not apply it (no proof from one
-    worker), and the worker whose push it swallowed must stop the job instead of training on."""
+    worker), and the workers must send the dropped round again, so that the job trains exactly
+    as without the outsider. 'weights': a dense push to the bucket's weight key, met by the next
+    fp32 round (ssgd: synchronous; odsgd and cdsgd's correction step: delayed, the gradient
+    kept while W is pulled over it); 'codes': a row_sparse push to its payload key, met by the
+    next 2-bit round (bitsgd synchronous, cdsgd delayed)."""
+    from cdsgd_mx import codec
     marker = "%d-%d" % (os.getpid(), time.time_ns())
     job, go = _start_paused_job(tmp_path, marker, algorithm)
-    n = sum(int(np.prod(s)) for s in SHAPES)  # one bucket on one server: weight key 0
+    n = sum(int(np.prod(s)) for s in SHAPES)  # one bucket on one server: weight key 0, payload key 1
     try:
         port = outsider.listening_ports(_server_pid(_job_pids(marker)))[0]
-        outsider.push(port, 0, np.concatenate([np.full(n, 100.0, np.float32), np.ones(2 * auth.TAG_FLOATS, np.float32)]))
+        if target == "weights":
+            outsider.push(port, 0, np.concatenate([np.full(n, 100.0, np.float32), np.ones(2 * auth.TAG_FLOATS, np.float32)]))
+        else:  # worker 0's row, wire floats (>= 1: a valid code) and a wrong tag
+            outsider.push_rows(port, 1, [0], np.full(codec.packed_size(n) + auth.TAG_FLOATS, 2.0, np.float32))
         time.sleep(0.5)
     finally:
         out = _finish(job, go)
-    assert job.returncode != 0, out[-4000:]
-    assert "dropped message 1: round " in out and "of key 0 without the job's proof" in out, out[-4000:]
-    assert "dropped round" in out and "cannot realign the rounds" in out, out[-4000:]
+    assert job.returncode == 0, out[-4000:]
+    # the server names what it dropped: a round without a worker's proof, or (the outsider's row
+    # summed into the same worker's row) a payload round missing a worker's row
+    dropped = [line for line in out.splitlines() if "dropped message 1: " in line]
+    assert len(dropped) == 1 and ("key 0 without the job's proof" if target == "weights" else "payload key 1 ") \
+        in dropped[0], out[-4000:]
+    assert "dropped message 2" not in out, out[-4000:]
+    assert "sending it again" in out, out[-4000:]
     assert "server 0 exited" not in out and "cdsgd_mx server error" not in out, out[-4000:]
+    _simulated_weights_equal(tmp_path, algorithm)  # the outsider's values reached no weight, no step was lost
 
 
 # ---- where the secret comes from --------------------------------------------------------------
