@@ -95,13 +95,34 @@ def wire_decode(wire, packed, threads=None):
 
 
 def decode_sum(wire, out, threshold, threads=None):
-    """The server's decode of a bucket: out = sum over the rows of wire ([rows, ceil(n/16)]
-    floats, one row per worker) of their decoded codes, in one call. Raises ValueError on a
+    """The server's decode of a bucket: out = sum over the rows of wire ([rows, m] floats, one
+    row per worker, each starting with its ceil(n/16) codes; any values after them, such as a
+    proof tag, are skipped) of their decoded codes, in one call. Raises ValueError on a
     corrupt payload. CPU only."""
-    t, rows = _threshold(threshold), (wire.shape[0] if wire.ndim == 2 else 1)
-    bad = _native.decode_sum(_array(wire, False), rows, _array(out, True), t, _threads(threads))
+    t = _threshold(threshold)
+    rows, stride = (wire.shape[0], wire.shape[1]) if wire.ndim == 2 else (1, 0)
+    bad = _native.decode_sum(_array(wire, False), rows, _array(out, True), t, _threads(threads), stride)
     if bad:
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
+
+
+def tags_match(x, starts, macs):
+    """Whether x (float32) holds at each of `starts` the proof tag (auth.tag) of the matching
+    16-byte MAC in macs (bytes, the MACs back to back): one call for a round's tags."""
+    return _native.tags_match(_array(x, False), starts, macs)
+
+
+def writable(x):
+    """What set_value can write through for the life of x: a DLPack capsule of an NDArray (made
+    after the engine's pending reads and writes of x; not consumed by the calls), or x itself
+    (numpy). Whoever writes through it must order the writes against MXNet's engine itself
+    (wait for x first): the engine does not see them."""
+    return _array(x, True)
+
+
+def set_value(x, index, value):
+    """x[index] = value, in place (x: numpy, or what writable() returned)."""
+    _native.set_value(x, int(index), float(value))
 
 
 def count_nonfinite(x, threads=None):

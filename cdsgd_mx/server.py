@@ -77,7 +77,7 @@ class ServerState:
         # the proof after every pushed array (auth.py); none in process (kvstore='local')
         self.region = self.num_workers * auth.TAG_FLOATS if secret is not None else 0
         self.rounds = {}          # weight key (or a lone key) -> rounds applied: the count pulls bring back
-        self._status = {}         # the same -> where that count is stored (a view of the stored value)
+        self._status = {}         # the same -> the stored value the count is written into (codec.writable)
         self.proof_seconds = 0.0  # time spent checking proofs and writing counts (the benchmark reports it)
         self.proof_rounds = 0
         self.optimizer = None
@@ -161,11 +161,8 @@ class ServerState:
             return
         n = weight.size - self.region
         if self.region:
-            start = time.perf_counter()
             if not self.proven(key, grad, n):
-                return  # dropped: weights and counts unchanged, so the workers stop (backends.check)
-            self.count_round(key, weight, n)  # queued now, waited for with the update below
-            self.proof_seconds += time.perf_counter() - start
+                return  # dropped: weights and counts unchanged, so the workers send it again (backends.applied)
             grad, whole, weight = grad[0:n], weight, weight[0:n]
         if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
             self.to_assign.discard(key)
@@ -180,39 +177,49 @@ class ServerState:
         else:
             self.apply_gradient(key, weight, grad)
         (whole if self.region else weight).wait_to_read()  # pulls read the store without waiting for the engine
+        if self.region:
+            self.count_round(key, whole, n)
 
     # -- proof of every push (auth.py) ------------------------------------------------------
     def proven(self, key, grad, n):
         """Whether this round of a dense key holds every worker's valid tag for its count;
         a round that does not is dropped (logged, counted), never acted on."""
+        start = time.perf_counter()
         try:
             if not (key in self.slots or key in self.tallies or key in self.to_assign or key in self.to_register):
                 return self.drop("a push to key %d, which no command of the job announced" % key)
-            tags = grad[n:].asnumpy().reshape(self.num_workers, auth.TAG_FLOATS)
-            return self._tags_check("key %d" % key, "fp32", key, n, enumerate(tags))
+            tag_at = [n + r * auth.TAG_FLOATS for r in range(self.num_workers)]
+            return self._tags_check("key %d" % key, "fp32", key, n, grad, tag_at, range(self.num_workers))
         except Exception as e:  # a shape no worker of the job pushes
             return self.drop("a push to key %d that is not the job's (%s)" % (key, e))
+        finally:
+            self.proof_seconds += time.perf_counter() - start
 
-    def _tags_check(self, what, kind, group, n, tags):
-        """tags: (rank, its tag values) of every worker; each must be its MAC for this round of
-        `group`, else the round is dropped."""
+    def _tags_check(self, what, kind, group, n, values, tag_at, ranks):
+        """values (the round's sum, or the payload rows; waited for) must hold at each offset of
+        tag_at the tag of the matching rank's MAC for this round of `group`, else the round is
+        dropped. One native call for the round (codec.tags_match); worker by worker only to
+        name the ones missing."""
         count = self.rounds.get(group, 0)
-        bad = [r for r, values in tags if not auth.tag_matches(self.secret, values, kind, r, count, group, n)]
-        if bad:
-            return self.drop("round %d of %s without the job's proof from worker rank %s (a push from outside the "
-                             "job?); not applied" % (count, what, ", ".join(map(str, bad))))
-        return True
+        macs = [auth.mac_bytes(self.secret, kind, r, count, group, n) for r in ranks]
+        if codec.tags_match(values, tag_at, b"".join(macs)):
+            return True
+        bad = [r for r, at, m in zip(ranks, tag_at, macs) if not codec.tags_match(values, [at], m)]
+        return self.drop("round %d of %s without the job's proof from worker rank %s (a push from outside the "
+                         "job?); not applied" % (count, what, ", ".join(map(str, bad))))
 
     def count_round(self, group, stored, n):
-        """One more round of `group` applied: its count goes after the data, where pulls read it
-        (an engine op: the caller waits for the stored array before the server answers)."""
-        from mxnet import ndarray as nd
+        """One more round of `group` applied: its count goes after the data, where pulls read it.
+        Written in place once the update is done (the caller waited for the stored array), before
+        the handler returns and the server answers."""
+        start = time.perf_counter()
         self.rounds[group] = self.rounds.get(group, 0) + 1
         self.proof_rounds += 1
-        view = self._status.get(group)
-        if view is None:  # MXNet keeps a key's stored array for the job's life: one view serves
-            view = self._status[group] = stored[n:n + 1]
-        nd._internal._set_value(src=float(self.rounds[group]), out=view)
+        where = self._status.get(group)
+        if where is None:  # MXNet keeps a key's stored array for the job's life: one capsule serves
+            where = self._status[group] = codec.writable(stored)
+        codec.set_value(where, n, self.rounds[group])
+        self.proof_seconds += time.perf_counter() - start
 
     def handshake_answer(self, key, rows):
         """rows: [N, TAG_FLOATS], worker r's tag in row r (the others pushed zeros there).
@@ -371,37 +378,37 @@ class ServerState:
         from mxnet import ndarray as nd  # mx.nd is not bound yet while a server imports
         wk, n, threshold = self.payloads[pk]
         wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
-        if self.region:
-            start = time.perf_counter()
-            if not self.proven_rows(pk, wk, n, wire, row_ids):  # before anything else: anyone can push
-                return
-            wire = np.ascontiguousarray(wire[:, :codec.packed_size(n)])
+        if self.region and not self.proven_rows(pk, wk, n, wire, row_ids):  # before anything else: anyone can push
+            return
         if wk not in self.weights:
             raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
-        if self.region:
-            self.count_round(wk, self.weights[wk], n)  # waited for by apply_gradient
-            self.proof_seconds += time.perf_counter() - start
         if pk not in self._decoded:
             self._decoded[pk] = nd.zeros((n,), ctx=self.weights[wk].context)
         decoded = self._decoded[pk]
-        if wire.shape[1] != codec.packed_size(n):
+        if wire.shape[1] != codec.packed_size(n) + (auth.TAG_FLOATS if self.region else 0):
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], codec.packed_size(n)))
-        codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row
-        self.apply_gradient(wk, self.weights[wk], decoded)
+        codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row (tags skipped)
+        self.apply_gradient(wk, self.weights[wk], decoded)  # waits for the update
+        if self.region:
+            self.count_round(wk, self.weights[wk], n)
 
     def proven_rows(self, pk, wk, n, wire, row_ids):
         """Whether every worker pushed exactly its own row, each ending with its valid tag
         for this round of the bucket (weight key wk)."""
+        start = time.perf_counter()
         try:
             words = codec.packed_size(n)
             ranks = [int(r) for r in (row_ids if isinstance(row_ids, np.ndarray) else row_ids.asnumpy())]
-            if wire.shape[1] != words + auth.TAG_FLOATS or sorted(ranks) != list(range(self.num_workers)):
+            width = words + auth.TAG_FLOATS
+            if wire.shape[1] != width or sorted(ranks) != list(range(self.num_workers)):
                 return self.drop("a push to payload key %d that is not the job's (rows %s of %d values)"
                                  % (pk, ranks, wire.shape[1]))
-            return self._tags_check("payload key %d" % pk, "codes", wk, n,
-                                    ((r, wire[i, words:]) for i, r in enumerate(ranks)))
+            return self._tags_check("payload key %d" % pk, "codes", wk, n, np.ascontiguousarray(wire),
+                                    [i * width + words for i in range(len(ranks))], ranks)
         except Exception as e:
             return self.drop("a push to payload key %d that is not the job's (%s)" % (pk, e))
+        finally:
+            self.proof_seconds += time.perf_counter() - start
 
 
 def _to_numpy(state):

@@ -37,9 +37,10 @@ void wire_encode(const uint32_t* packed, uint32_t* wire, int64_t nwords, int thr
 int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int threads);
 
 // The server's decode of a bucket: out[0..n) = sum over `rows` wire rows (nwords words each,
-// row r at wire + r * nwords) of the decoded codes. Returns the number of invalid wire words
-// (they decode to 0); the caller treats any as a corrupt payload.
-int64_t decode_sum(const uint32_t* wire, int64_t rows, int64_t nwords, float* out, int64_t n,
+// row r at wire + r * stride: a row may be followed by other values, e.g. a proof tag) of the
+// decoded codes. Returns the number of invalid wire words (they decode to 0); the caller
+// treats any as a corrupt payload.
+int64_t decode_sum(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t stride, float* out, int64_t n,
                    float threshold, int threads);
 
 // Number of NaN/Inf values among x[0..n).

@@ -212,7 +212,7 @@ int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int 
   return invalid.load();
 }
 
-int64_t decode_sum(const uint32_t* wire, int64_t rows, int64_t nwords, float* out, int64_t n,
+int64_t decode_sum(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t stride, float* out, int64_t n,
                    float threshold, int threads) {
   std::atomic<int64_t> invalid{0};
   // Per chunk of values: each row's words -> packed words in L1 -> added into out (the first
@@ -225,7 +225,7 @@ int64_t decode_sum(const uint32_t* wire, int64_t rows, int64_t nwords, float* ou
       const int64_t w0 = c0 / kValuesPerWord, nw = packed_words(m);
       if (rows == 0) std::fill(out + c0, out + c0 + m, 0.0f);
       for (int64_t r = 0; r < rows; ++r) {
-        bad += wire_decode_range(wire + r * nwords + w0, packed, 0, nw);
+        bad += wire_decode_range(wire + r * stride + w0, packed, 0, nw);
         dequantize_range(reinterpret_cast<const uint8_t*>(packed), out + c0, 0, m, threshold, r > 0);
       }
     }

@@ -3,6 +3,7 @@
 // it; kernels then run with the GIL released so a communication thread can use them while the
 // main thread trains.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cmath>
 #include <cstring>
@@ -224,19 +225,61 @@ int64_t wire_decode(py::handle wire, py::handle packed, int threads) {
   return cdsgd::wire_decode(wp, pp, w.size, threads);
 }
 
-int64_t decode_sum(py::handle wire, int64_t rows, py::handle out, float threshold, int threads) {
+int64_t decode_sum(py::handle wire, int64_t rows, py::handle out, float threshold, int threads, int64_t stride) {
   check_threshold(threshold);
   View w = view("wire", kWord32, wire, false), o = view("out", kFloat32, out, true);
   const int64_t words = cdsgd::packed_words(o.size);
   if (rows < 0) throw py::value_error("rows must be >= 0, got " + std::to_string(rows));
-  check_size("wire", w, rows * words, "rows * ceil(out.size / 16)");
+  if (stride == 0) stride = words;
+  if (stride < words)
+    throw py::value_error("stride must be >= ceil(out.size / 16) = " + std::to_string(words) + ", got " +
+                          std::to_string(stride));
+  check_size("wire", w, rows * stride, "rows * stride");
   check_no_overlap("wire", w, w.size * 4, "out", o, o.size * 4);
   if (same_device({{"wire", &w}, {"out", &o}}))
     throw py::value_error("decode_sum runs on the CPU (the server's side); got GPU arrays");
   auto* wp = static_cast<const uint32_t*>(w.data);
   auto* op = static_cast<float*>(o.data);
   py::gil_scoped_release nogil;
-  return cdsgd::decode_sum(wp, rows, words, op, o.size, threshold, threads);
+  return cdsgd::decode_sum(wp, rows, words, stride, op, o.size, threshold, threads);
+}
+
+// Proof tags (auth.py): a 128-bit MAC travels as eight float32 values, each one of its
+// big-endian 16-bit halves. True when x[starts[j] + i] holds the i-th half of the j-th MAC in
+// `macs` for every j and i. Every value is compared (no early exit): the time does not say
+// how much of a forged tag was right.
+bool tags_match(py::handle x, const std::vector<int64_t>& starts, py::bytes macs) {
+  View v = view("x", kFloat32, x, false);
+  if (v.gpu) throw py::value_error("x: proof tags are checked on the CPU");
+  std::string m = macs;
+  constexpr int64_t kTag = 8;
+  if (static_cast<int64_t>(m.size()) != 2 * kTag * static_cast<int64_t>(starts.size()))
+    throw py::value_error("macs must hold 16 bytes per start, got " + std::to_string(m.size()) + " for " +
+                          std::to_string(starts.size()));
+  for (int64_t s : starts)
+    if (s < 0 || s + kTag > v.size)
+      throw py::value_error("a tag at " + std::to_string(s) + " does not fit x of " + std::to_string(v.size) +
+                            " elements");
+  auto* xp = static_cast<const float*>(v.data);
+  auto* bp = reinterpret_cast<const unsigned char*>(m.data());
+  bool same = true;
+  for (size_t j = 0; j < starts.size(); ++j)
+    for (int64_t i = 0; i < kTag; ++i) {
+      const float want = static_cast<float>((bp[2 * (j * kTag + i)] << 8) | bp[2 * (j * kTag + i) + 1]);
+      same &= xp[starts[j] + i] == want;
+    }
+  return same;
+}
+
+// x[index] = value, in place: the server's round count after a bucket's weights, written once
+// the update is done, through a capsule kept for the job's life (no engine op on the round's path).
+void set_value(py::handle x, int64_t index, float value) {
+  View v = view("x", kFloat32, x, true);
+  if (v.gpu) throw py::value_error("x: set_value writes CPU arrays only");
+  if (index < 0 || index >= v.size)
+    throw py::value_error("index " + std::to_string(index) + " is outside x of " + std::to_string(v.size) +
+                          " elements");
+  static_cast<float*>(v.data)[index] = value;
 }
 
 int64_t count_nonfinite(py::handle x, int threads) {
@@ -273,7 +316,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("wire_encode", &wire_encode, py::arg("packed"), py::arg("wire"), py::arg("threads") = 0);
   m.def("wire_decode", &wire_decode, py::arg("wire"), py::arg("packed"), py::arg("threads") = 0);
   m.def("decode_sum", &decode_sum, py::arg("wire"), py::arg("rows"), py::arg("out"), py::arg("threshold"),
-        py::arg("threads") = 0);
+        py::arg("threads") = 0, py::arg("stride") = 0);
+  m.def("tags_match", &tags_match, py::arg("x"), py::arg("starts"), py::arg("macs"));
+  m.def("set_value", &set_value, py::arg("x"), py::arg("index"), py::arg("value"));
   m.def("count_nonfinite", &count_nonfinite, py::arg("x"), py::arg("threads") = 0);
   m.def("set_num_threads", &cdsgd::set_default_threads);
   m.def("get_num_threads", &cdsgd::default_threads);

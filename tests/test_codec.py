@@ -339,6 +339,11 @@ def test_decode_sum_is_the_sum_of_every_rows_decoded_codes(n, rows):
         out = np.full(n, 9.0, np.float32)  # stale values are overwritten, not added to
         codec.decode_sum(wire, out, 0.5, threads=threads)
         np.testing.assert_array_equal(out, want)
+    # rows as the server receives them: each followed by its proof tag (skipped, not decoded)
+    tagged = np.concatenate([wire, np.full((rows, 8), np.nan, np.float32)], axis=1)
+    out = np.full(n, 9.0, np.float32)
+    codec.decode_sum(tagged, out, 0.5, threads=2)
+    np.testing.assert_array_equal(out, want)
 
 
 def test_decode_sum_rejects_a_corrupt_row_and_a_wrong_size():
@@ -347,8 +352,49 @@ def test_decode_sum_rejects_a_corrupt_row_and_a_wrong_size():
     wire[1, 3] = np.nan
     with pytest.raises(ValueError, match="1 of its words are not valid ternary16 codes"):
         codec.decode_sum(wire, np.zeros(n, np.float32), 0.5)
-    with pytest.raises(ValueError, match="wire has 14 elements"):
+    with pytest.raises(ValueError, match="stride must be >= ceil.out.size / 16. = 8, got 7"):
         codec.decode_sum(wire, np.zeros(n + 16, np.float32), 0.5)
+    with pytest.raises(ValueError, match="wire has 7 elements"):
+        codec.decode_sum(wire[0], np.zeros(n + 16, np.float32), 0.5)
+
+
+def test_tags_match_reads_every_tag_of_a_round():
+    """The servers' proof check (auth.tag as floats, one call per round)."""
+    from cdsgd_mx import auth
+    secret = b"k" * 32
+    macs = [auth._raw(secret, "fp32", r, 4, 0, 10) for r in range(3)]
+    x = np.zeros(10 + 3 * 8, np.float32)
+    for r in range(3):
+        x[10 + 8 * r:18 + 8 * r] = auth.tag(secret, "fp32", r, 4, 0, 10)
+    starts = [10, 18, 26]
+    assert codec.tags_match(x, starts, b"".join(macs))
+    assert not codec.tags_match(x, starts, b"".join([macs[0], macs[2], macs[1]]))  # another rank's tag
+    for i in range(10, 34):  # any one value off
+        y = x.copy()
+        y[i] += 1
+        assert not codec.tags_match(y, starts, b"".join(macs)), i
+    with pytest.raises(ValueError, match="does not fit x of 34 elements"):
+        codec.tags_match(x, [27], macs[0])
+    with pytest.raises(ValueError, match="macs must hold 16 bytes per start"):
+        codec.tags_match(x, starts, macs[0])
+
+
+def test_set_value_writes_into_an_ndarray_through_one_capsule_many_times():
+    """The servers write each round's count through one capsule of the stored array."""
+    mx = pytest.importorskip("mxnet")
+    stored = mx.nd.arange(6)
+    where = codec.writable(stored)
+    codec.set_value(where, 4, 9.0)
+    assert stored.asnumpy().tolist() == [0, 1, 2, 3, 9, 5]
+    stored += 1  # an engine op in between, waited for
+    stored.wait_to_read()
+    codec.set_value(where, 0, -2.0)
+    assert stored.asnumpy().tolist() == [-2, 2, 3, 4, 10, 6]
+    x = np.zeros(3, np.float32)
+    codec.set_value(codec.writable(x), 2, 1.5)
+    assert x.tolist() == [0, 0, 1.5]
+    with pytest.raises(ValueError, match="index 3 is outside x of 3 elements"):
+        codec.set_value(x, 3, 1.0)
 
 
 @pytest.mark.parametrize("threshold", [3.4000000535564126e+38, 1e39, 0.0])
