@@ -6,9 +6,12 @@ command line or a file others can read: locally through a pipe the node inherits
 turns it into such a pipe). A job started another way (MXNet's tools/launch.py) names a file
 only its owner can read in CDSGD_SECRET_FILE.
 
-A MAC is HMAC-SHA256 over the message's header fields, cut to 128 bits. Servers act only on
-commands whose MAC checks (server.py); the start-up handshake proves that every node holds the
-same secret (backends.DistBackend.handshake).
+A MAC is HMAC-SHA256 over the message's header fields, cut to 128 bits. The start-up handshake,
+keyed by the secret itself, proves that every node holds the same secret
+(backends.DistBackend.handshake) and hands each worker the nonce every server drew at its start.
+Everything after it (commands, push proofs) is keyed by that server's session key, the secret
+bound to its nonce (`session_key`): jobs that share a secret file do not accept each other's
+messages. Servers act only on commands whose MAC checks (server.py).
 """
 import hashlib
 import hmac
@@ -22,6 +25,7 @@ SECRET_FD = "CDSGD_SECRET_FD"
 SECRET_FILE = "CDSGD_SECRET_FILE"
 MAC_BYTES = 16
 TAG_FLOATS = MAC_BYTES // 2  # a MAC as 16-bit integers in float32: exact through the server's sums
+NONCE_WORDS = TAG_FLOATS - 2  # a server's nonce: the spare values of a handshake answer row
 
 _secret = None
 
@@ -32,6 +36,20 @@ class SecretError(ValueError):
 
 def new_secret():
     return secrets.token_hex(32)
+
+
+def new_nonce():
+    """A server's nonce, drawn at its start: NONCE_WORDS 16-bit integers (96 bits), exact as
+    float32 values in its handshake answer."""
+    return [secrets.randbits(16) for _ in range(NONCE_WORDS)]
+
+
+def session_key(secret, nonce):
+    """The key of one server's MACs after the handshake: the secret bound to that server's nonce
+    (integers, or the floats a worker pulled), so a message made for one job's server does not
+    check on another job's, even with the same secret."""
+    text = "session|" + ",".join(str(int(v)) for v in nonce)
+    return hmac.new(secret, text.encode(), hashlib.sha256).digest()
 
 
 def handed_over(secret, env):

@@ -10,7 +10,7 @@ import mxnet as mx
 import numpy as np
 
 from . import auth, heartbeat, optimizer_spec, protocol
-from .server import COMMAND_PREFIX, ServerState
+from .server import COMMAND_PREFIX, START_MESSAGE, ServerState
 
 
 def _exit_on_uncaught_exception():
@@ -77,6 +77,12 @@ class DistBackend:
         self.payloads = {}  # payload key -> the row_sparse array pushed (made once, refilled)
         self.no_rows = mx.nd.array([], dtype="int64")
         self.reports_open = False  # the checkpoint report keys exist (exchange)
+        # before any command (CDSGD checks the answers): every server's nonce, and from it the
+        # key of everything sent to that server from now on (auth.session_key)
+        with heartbeat.waiting("start-up: the handshake with every server"):
+            self.answers = self.handshake()
+        self.session_keys = [auth.session_key(self.secret, self.answers[s][self.rank, 2:])
+                             for s in range(self.num_servers)]
 
     def set_optimizer(self, optimizer):
         """As plain data in an authenticated command (never MXNet's pickle: servers run no code
@@ -97,8 +103,14 @@ class DistBackend:
         in its own slot, zeros in the others' (the server sums the workers' pushes)."""
         region = np.zeros(self.region, np.float32)
         at = self.rank * auth.TAG_FLOATS
-        region[at:at + auth.TAG_FLOATS] = auth.tag(self.secret, kind, self.rank, self.rounds.get(group, 0), group, n)
+        region[at:at + auth.TAG_FLOATS] = auth.tag(self._session(group), kind, self.rank, self.rounds.get(group, 0),
+                                                   group, n)
         return region
+
+    def _session(self, key):
+        """The session key of the server that holds `key` (MXNet's placement rule; a bucket's
+        payload key shares its weight key's server)."""
+        return self.session_keys[protocol.server_of(key, self.num_servers)]
 
     def seal(self, bucket):
         """Before a round of the bucket is pushed: its proof after the data in comm_buf and
@@ -114,7 +126,7 @@ class DistBackend:
         bucket.comm_region._sync_copyfrom(self.proof(wk, bucket.size, "fp32"))
         if bucket.payload_key in self.rows:
             self.payload_regions[bucket.payload_key]._sync_copyfrom(
-                auth.tag(self.secret, "codes", self.rank, count, wk, bucket.size))
+                auth.tag(self._session(wk), "codes", self.rank, count, wk, bucket.size))
         bucket.sealed_for = count
 
     def applied(self, group, status):
@@ -194,11 +206,13 @@ class DistBackend:
         self.kv.init(keys, values)
 
     def command(self, msg):
-        """Rank 0 sends msg to every server, with a sequence number and the job's MAC; every
-        worker waits for it at a barrier."""
+        """Rank 0 sends msg to every server, with a sequence number and one MAC per server (each
+        with that server's session key; server s checks the s-th); every worker waits for it at
+        a barrier."""
         if self.rank == 0:
             body = json.dumps(dict(msg, seq=next(_command_numbers)))
-            self.kv._send_command_to_servers(0, COMMAND_PREFIX + auth.mac(self.secret, "command", body) + ":" + body)
+            macs = ",".join(auth.mac(key, "command", body) for key in self.session_keys)
+            self.kv._send_command_to_servers(0, COMMAND_PREFIX + macs + ":" + body)
         with heartbeat.waiting("the barrier after command %r" % msg.get("op")):
             self.kv._barrier()
 
@@ -234,10 +248,12 @@ class DistBackend:
         """Each server's answer to the start-up handshake: every worker pushes its MAC tag
         (auth.tag) in its own row of a key on that server; ours answers per row whether the
         tag checks with its secret, beside a mark (protocol.HANDSHAKE_MARK) that MXNet's own
-        server, which stores the sum or runs the optimizer, never writes.
+        server, which stores the sum or runs the optimizer, never writes, and its nonce.
         Returns {server index: [num_workers, TAG_FLOATS] answer}."""
         n, width = self.num_workers, auth.TAG_FLOATS
         keys = protocol.handshake_keys(self.num_servers)
+        if self.rank == 0:  # our server installs the updater that answers at its first message
+            self.kv._send_command_to_servers(0, START_MESSAGE)  # returns once every server ran it
         self.kv.init(keys, [mx.nd.zeros((n * width,)) for _ in keys])
         rows = []
         for k in keys:
@@ -360,11 +376,6 @@ class LocalBackend:
 
     def gather_rows(self, key, row):
         return np.asarray(row, np.float32).reshape(1, -1)
-
-    def handshake(self):
-        answer = np.zeros((1, auth.TAG_FLOATS), np.float32)  # the server is in this process
-        answer[0, :2] = 1.0, protocol.HANDSHAKE_MARK
-        return {0: answer}
 
     def exchange(self, row):
         return np.asarray(row, np.float32).reshape(1, -1), np.array([self.server.checkpoint_result], np.float32)

@@ -137,6 +137,8 @@ class CDSGD(KVStoreBase):
             self._backend = DistBackend(kvstore) if existing or kvstore == "dist_sync" else LocalBackend()
         except auth.SecretError as e:
             raise ConfigError(str(e)) from None
+        if isinstance(self._backend, DistBackend):
+            self._check_servers()  # the handshake ran in the backend, before any command
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._local_name = local_optimizer
         self._local_params = dict(local_optimizer_params or {})
@@ -506,7 +508,7 @@ class CDSGD(KVStoreBase):
         launched with tools/launch.py that forgot serve_if_not_worker(), or a host without
         cdsgd-mx) accepts every push but ignores our commands, so 2-bit pushes would never
         reach the weights while the job trains on and exits 0."""
-        answers = sorted(self._backend.handshake().items())
+        answers = sorted(self._backend.answers.items())
         stock = [s for s, answer in answers if not (answer[:, 1] == protocol.HANDSHAKE_MARK).all()]
         if stock:
             raise ConfigError(
@@ -598,7 +600,6 @@ class CDSGD(KVStoreBase):
         tell the servers which parameters each bucket holds (and, when compressing, which
         payload key decodes into which weight key)."""
         if not self._agreed:
-            self._check_servers()
             self._check_agreement()
             self._agreed = True
         for bset in self._sets[self._registered:]:

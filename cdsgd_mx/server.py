@@ -15,9 +15,15 @@ then runs the server loop itself with two changes to stock behaviour:
 - Nothing that arrives from the network is unpickled, and a command acts only if it carries
   the job's MAC (auth.py) and a sequence number above the last one seen: anything else is
   dropped, counted and logged ("dropped message N"), and the server goes on.
+- Each server draws a nonce at its start and hands it out in its handshake answer; its commands
+  and push proofs are keyed by the session key auth.session_key(secret, nonce), so what was
+  recorded in another job with the same secret does not check here.
 
-Commands (sent by worker rank 0 as MXNet controller commands, id 0):
-  "cdsgd:" + MAC + ":" + JSON, MAC = auth.mac(secret, "command", JSON), JSON = {"seq": n, "op": ...}
+Worker rank 0 first sends START_MESSAGE (no action: MXNet creates its server object only when
+its loop runs, so the controller installs the updater, which answers the handshake, at the
+first message). Commands (sent by worker rank 0 as MXNet controller commands, id 0):
+  "cdsgd:" + MAC_0 + "," + ... + MAC_{S-1} + ":" + JSON, JSON = {"seq": n, "op": ...},
+  MAC_s = auth.mac(server s's session key, "command", JSON): server s checks the one at its rank
   {"op": "optimizer", "spec": {...}}  the global optimizer (optimizer_spec.describe)
   {"op": "register", "weights": [wk...], "slots": {wk: [[state id, begin, end], ...]},
    "payloads": {pk: [wk, n, threshold]}}
@@ -35,8 +41,8 @@ Commands (sent by worker rank 0 as MXNet controller commands, id 0):
   {"op": "report", "keys": [k...]}  tally keys whose every update also carries, after the
       workers' rows, this server's result of the last save or load
 Handshake keys (protocol.handshake_keys, no command needed): each worker pushes its MAC tag in
-its own row; the update answers, per row, whether the tag checks, and a mark only this server
-writes (handshake_answer).
+its own row (keyed by the secret itself); the update answers, per row, whether the tag checks,
+a mark only this server writes and this server's nonce (handshake_answer).
 Every other push ends with a proof region (protocol.py, docs/design.md "Authenticated pushes"):
 a round acts only when every worker's tag checks for the bucket's round count (proven,
 proven_rows); the new count is written after the data (count_round) for the workers to check.
@@ -52,6 +58,7 @@ import numpy as np
 from . import auth, codec, heartbeat, protocol
 
 COMMAND_PREFIX = "cdsgd:"
+START_MESSAGE = "cdsgd-start"  # rank 0's first message: it only makes MXNet call the controller
 CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
 EXIT_SERVER_ERROR = 70
 
@@ -71,6 +78,11 @@ class ServerState:
     def __init__(self, rank=0, secret=None):
         self.rank = rank
         self.secret = secret      # the job's secret (bytes): handshake tags are checked with it
+        # a new nonce per server start: its session key checks everything after the handshake,
+        # so messages recorded in another job with the same secret are refused here
+        self.nonce = auth.new_nonce()
+        self.session = auth.session_key(secret, self.nonce) if secret is not None else None
+        self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))  # MACs a command carries
         self.last_seq = -1        # the highest command sequence number acted on (replays are dropped)
         self.dropped = 0          # messages dropped: not from the job (no or a wrong MAC, a replay)
         self.num_workers = int(os.environ.get("DMLC_NUM_WORKER", "1"))
@@ -201,7 +213,7 @@ class ServerState:
         dropped. One native call for the round (codec.tags_match); worker by worker only to
         name the ones missing."""
         count = self.rounds.get(group, 0)
-        macs = [auth.mac_bytes(self.secret, kind, r, count, group, n) for r in ranks]
+        macs = [auth.mac_bytes(self.session, kind, r, count, group, n) for r in ranks]
         if codec.tags_match(values, tag_at, b"".join(macs)):
             return True
         bad = [r for r, at, m in zip(ranks, tag_at, macs) if not codec.tags_match(values, [at], m)]
@@ -223,22 +235,27 @@ class ServerState:
 
     def handshake_answer(self, key, rows):
         """rows: [N, TAG_FLOATS], worker r's tag in row r (the others pushed zeros there).
-        Row r of the answer: [1 if r's tag checks with this server's secret else -1, MARK, 0...]."""
+        Row r of the answer: [1 if r's tag checks with this server's secret else -1, MARK, nonce]."""
         answer = np.zeros(rows.shape, np.float32)
         for r in range(rows.shape[0]):
             ok = self.secret is not None and auth.tag_matches(self.secret, rows[r], "handshake", r, key)
             answer[r, 0] = 1.0 if ok else -1.0
             answer[r, 1] = protocol.HANDSHAKE_MARK
+            answer[r, 2:] = self.nonce
         return answer
 
     def receive(self, cmd_id, body):
         """A controller message from the network: act on it only if it is the job's."""
         try:  # nothing before the MAC check may end the server: anyone can send this
             text = body.decode("latin1") if isinstance(body, bytes) else str(body)
+            if cmd_id == CONTROLLER_COMMAND_ID and text == START_MESSAGE:
+                return  # nothing to do: the controller has installed the updater (_controller)
             if cmd_id != CONTROLLER_COMMAND_ID or not text.startswith(COMMAND_PREFIX):
                 return self.drop("not a cdsgd_mx command (id %s, %d bytes)" % (cmd_id, len(text)))
             given, sep, payload = text[len(COMMAND_PREFIX):].partition(":")
-            proven = sep and auth.verify(self.secret, given, "command", payload)
+            macs = given.split(",")  # one per server; this server's is at its rank (set by _controller)
+            proven = sep and len(macs) == self.num_servers and \
+                auth.verify(self.session, macs[self.rank], "command", payload)
         except Exception as e:
             return self.drop("a message that is not a command (%s)" % type(e).__name__)
         if not proven:
@@ -436,7 +453,7 @@ def _controller(state, kv):
         try:
             if not installed:  # MXNet's server object exists only once its loop runs
                 kv._set_updater(_updater(state))
-                state.rank = kv.rank
+                state.rank = kv.rank  # before receive: it picks this server's MAC of a command by it
                 installed.append(True)
             state.receive(cmd_id, cmd_body)
         except BaseException:

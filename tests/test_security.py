@@ -18,7 +18,7 @@ from simulate import simulate  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
 from cdsgd_mx import auth  # noqa: E402
-from cdsgd_mx.server import COMMAND_PREFIX, ServerState  # noqa: E402
+from cdsgd_mx.server import COMMAND_PREFIX, START_MESSAGE, ServerState  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "workers" / "engine_worker.py"
@@ -38,9 +38,10 @@ class _Creates:
 
 # ---- the server's handler, in process -------------------------------------------------------
 
-def _signed(secret, msg):
+def _signed(keys, msg):
+    """A command as rank 0 sends it: one MAC per server, each with that server's session key."""
     body = json.dumps(msg)
-    return COMMAND_PREFIX + auth.mac(secret, "command", body) + ":" + body
+    return COMMAND_PREFIX + ",".join(auth.mac(k, "command", body) for k in keys) + ":" + body
 
 
 def test_the_server_acts_only_on_commands_with_the_jobs_mac_and_a_new_sequence(tmp_path, capsys):
@@ -51,17 +52,18 @@ def test_the_server_acts_only_on_commands_with_the_jobs_mac_and_a_new_sequence(t
     target = tmp_path / "created"
     s.receive(0, pickle.dumps(_Creates(str(target)), protocol=0))          # MXNet's own optimizer command
     s.receive(0, COMMAND_PREFIX + json.dumps({"op": "set_lr", "lr": 9.0}))  # the old unsigned format
-    s.receive(0, _signed(other, {"seq": 1, "op": "set_lr", "lr": 9.0}))     # another job's secret
-    s.receive(2, _signed(secret, {"seq": 1, "op": "set_lr", "lr": 9.0}))    # not the controller id
-    assert not target.exists() and s.optimizer.learning_rate == 0.5 and s.dropped == 4
-    s.receive(0, _signed(secret, {"seq": 1, "op": "set_lr", "lr": 0.125}))
-    assert s.optimizer.learning_rate == 0.125 and s.dropped == 4
-    s.receive(0, _signed(secret, {"seq": 1, "op": "set_lr", "lr": 9.0}))    # a replay
-    tampered = _signed(secret, {"seq": 2, "op": "set_lr", "lr": 0.25}).replace("0.25", "9.00")
+    s.receive(0, _signed([auth.session_key(other, s.nonce)], {"seq": 1, "op": "set_lr", "lr": 9.0}))  # another secret
+    s.receive(0, _signed([secret], {"seq": 1, "op": "set_lr", "lr": 9.0}))  # the bare secret, not the session key
+    s.receive(2, _signed([s.session], {"seq": 1, "op": "set_lr", "lr": 9.0}))  # not the controller id
+    assert not target.exists() and s.optimizer.learning_rate == 0.5 and s.dropped == 5
+    s.receive(0, _signed([s.session], {"seq": 1, "op": "set_lr", "lr": 0.125}))
+    assert s.optimizer.learning_rate == 0.125 and s.dropped == 5
+    s.receive(0, _signed([s.session], {"seq": 1, "op": "set_lr", "lr": 9.0}))  # a replay
+    tampered = _signed([s.session], {"seq": 2, "op": "set_lr", "lr": 0.25}).replace("0.25", "9.00")
     s.receive(0, tampered)
-    assert s.optimizer.learning_rate == 0.125 and s.dropped == 6
+    assert s.optimizer.learning_rate == 0.125 and s.dropped == 7
     err = capsys.readouterr().err
-    assert "dropped message 6: a command without the job's MAC" in err and "a replayed command" in err
+    assert "dropped message 7: a command without the job's MAC" in err and "a replayed command" in err
 
 
 def test_the_handshake_answer_names_the_workers_whose_tag_fails():
@@ -71,6 +73,8 @@ def test_the_handshake_answer_names_the_workers_whose_tag_fails():
                      auth.tag(secret, "handshake", 2, 78)])  # rank 2 signed another key
     answer = s.handshake_answer(77, rows)
     assert answer[:, 0].tolist() == [1.0, -1.0, -1.0] and (answer[:, 1] == -7.0).all()
+    for r in range(3):  # every row carries the server's nonce, exact in float32: the workers' session key
+        assert answer.dtype == np.float32 and auth.session_key(secret, answer[r, 2:]) == s.session
 
 
 def test_tags_survive_the_servers_float_sum():
@@ -317,12 +321,13 @@ def test_bytes_that_are_not_text_are_dropped_before_the_mac_check():
     assert s.dropped == 5
 
 
-def _pushed(secret, n, count, key, ranks, num_workers, data):
-    """What the server's updater sees: the sum of the workers' pushes, each with its proof."""
+def _pushed(session, n, count, key, ranks, num_workers, data):
+    """What the server's updater sees: the sum of the workers' pushes, each with its proof (made
+    with the server's session key)."""
     total = np.zeros(n + num_workers * auth.TAG_FLOATS, np.float32)
     for r in ranks:
         region = np.zeros(num_workers * auth.TAG_FLOATS, np.float32)
-        region[r * auth.TAG_FLOATS:(r + 1) * auth.TAG_FLOATS] = auth.tag(secret, "fp32", r, count, key, n)
+        region[r * auth.TAG_FLOATS:(r + 1) * auth.TAG_FLOATS] = auth.tag(session, "fp32", r, count, key, n)
         total += np.concatenate([data, region])
     return total
 
@@ -330,22 +335,70 @@ def _pushed(secret, n, count, key, ranks, num_workers, data):
 def test_a_round_without_every_workers_proof_changes_nothing(monkeypatch):
     import mxnet as mx
     monkeypatch.setenv("DMLC_NUM_WORKER", "2")
-    secret = auth.new_secret().encode()
-    s = ServerState(secret=secret)
+    s = ServerState(secret=auth.new_secret().encode())
+    session = s.session  # what the workers' proofs are keyed by
     s.set_optimizer(mx.optimizer.SGD(learning_rate=0.5))
     n, key = 5, 3
     s.command({"op": "register", "weights": [], "payloads": {}, "slots": {str(key): [[0, 0, n, 1.0, 1.0]]}})
     stored = mx.nd.array(np.concatenate([np.ones(n, np.float32), np.zeros(16, np.float32)]))
     g = np.full(n, 0.25, np.float32)
-    forged = _pushed(secret, n, 0, key, [0], 2, g)  # worker 0's push + one from outside (no proof)
+    forged = _pushed(session, n, 0, key, [0], 2, g)  # worker 0's push + one from outside (no proof)
     s(key, mx.nd.array(forged + np.concatenate([g, np.zeros(16, np.float32)])), stored)
     assert s.dropped == 1 and (stored.asnumpy() == np.concatenate([np.ones(n), np.zeros(16)])).all()
-    wrong_round = _pushed(secret, n, 1, key, [0, 1], 2, g)  # tags for the next round: a replay's or a shift's
+    wrong_round = _pushed(session, n, 1, key, [0, 1], 2, g)  # tags for the next round: a replay's or a shift's
     s(key, mx.nd.array(wrong_round), stored)
     assert s.dropped == 2 and stored.asnumpy()[n] == 0
-    s(key, mx.nd.array(_pushed(secret, n, 0, key, [0, 1], 2, g)), stored)
+    s(key, mx.nd.array(_pushed(session, n, 0, key, [0, 1], 2, g)), stored)
     got = stored.asnumpy()
     np.testing.assert_allclose(got[:n], 1 - 0.5 * 2 * 0.25)
     assert got[n] == 1 and s.dropped == 2  # the count the workers check after their pull
-    s(99, mx.nd.array(_pushed(secret, n, 0, 99, [0, 1], 2, g)), stored)  # a key no command announced
+    s(99, mx.nd.array(_pushed(session, n, 0, 99, [0, 1], 2, g)), stored)  # a key no command announced
     assert s.dropped == 3 and stored.asnumpy()[n] == 1
+
+
+def _registered_server(secret, n, key):
+    import mxnet as mx
+    s = ServerState(secret=secret)
+    s.set_optimizer(mx.optimizer.SGD(learning_rate=0.5))
+    s.command({"op": "register", "weights": [], "payloads": {}, "slots": {str(key): [[0, 0, n, 1.0, 1.0]]}})
+    return s, mx.nd.array(np.concatenate([np.ones(n, np.float32), np.zeros(16, np.float32)]))
+
+
+def test_two_jobs_with_one_secret_refuse_each_others_commands_and_pushes(monkeypatch):
+    """Jobs started with MXNet's tools/launch.py may share CDSGD_SECRET_FILE: what was recorded in
+    one (its first command, its first round) must not act in the other, whose servers drew
+    another nonce."""
+    import mxnet as mx
+    monkeypatch.setenv("DMLC_NUM_WORKER", "2")
+    secret = auth.new_secret().encode()
+    n, key = 5, 3
+    (a, stored_a), (b, stored_b) = _registered_server(secret, n, key), _registered_server(secret, n, key)
+    assert a.nonce != b.nonce and a.session != b.session and len(a.nonce) == 6
+    assert all(0 <= v < 1 << 16 for v in a.nonce)
+    recorded = _signed([a.session], {"seq": 1, "op": "set_lr", "lr": 0.125})
+    b.receive(0, recorded)
+    assert b.optimizer.learning_rate == 0.5 and b.dropped == 1
+    a.receive(0, recorded)
+    assert a.optimizer.learning_rate == 0.125 and a.dropped == 0
+    g = np.full(n, 0.25, np.float32)
+    round_of_a = _pushed(a.session, n, 0, key, [0, 1], 2, g)
+    b(key, mx.nd.array(round_of_a), stored_b)
+    assert b.dropped == 2 and (stored_b.asnumpy() == np.concatenate([np.ones(n), np.zeros(16)])).all()
+    a(key, mx.nd.array(round_of_a), stored_a)
+    assert a.dropped == 0 and stored_a.asnumpy()[n] == 1  # applied: the count went up
+    np.testing.assert_allclose(stored_a.asnumpy()[:n], 1 - 0.125 * 2 * 0.25)  # at the rate the command set
+
+
+def test_each_server_checks_its_own_mac_of_a_command_and_a_wrong_count_is_dropped(monkeypatch):
+    monkeypatch.setenv("DMLC_NUM_SERVER", "2")
+    secret = auth.new_secret().encode()
+    servers = [ServerState(rank=r, secret=secret) for r in range(2)]
+    keys = [s.session for s in servers]
+    for s in servers:
+        s.receive(0, START_MESSAGE)  # rank 0's first message: not a command, nothing dropped
+        s.receive(0, _signed(keys[:1], {"seq": 1, "op": "tally", "keys": [7]}))      # too few MACs
+        s.receive(0, _signed(keys + keys[:1], {"seq": 1, "op": "tally", "keys": [7]}))  # too many
+        s.receive(0, _signed(keys[::-1], {"seq": 1, "op": "tally", "keys": [7]}))     # each at the other's index
+        assert s.dropped == 3 and not s.tallies
+        s.receive(0, _signed(keys, {"seq": 1, "op": "tally", "keys": [7]}))
+        assert s.dropped == 3 and s.tallies == {7}

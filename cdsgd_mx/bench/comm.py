@@ -213,7 +213,8 @@ def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
     bucketing.BucketSet(plan, {k: (n,) for k, n in enumerate(sizes)},  # gives each bucket its comm_buf views
                         {k: mx.nd.zeros((n,)) for k, n in enumerate(sizes)}, False, False, region=region)
     backend = DistBackend.__new__(DistBackend)  # the proof calls only, no kvstore
-    backend.secret, backend.rank, backend.num_workers = auth.new_secret().encode(), 0, workers
+    backend.rank, backend.num_workers, backend.num_servers = 0, workers, servers
+    backend.session_keys = [auth.session_key(auth.new_secret().encode(), auth.new_nonce()) for _ in range(servers)]
     backend.region, backend.rounds, backend.rows = region, {}, {}
     for b in plan:
         backend.seal(b)  # the first round's proofs (later ones: by each check)
