@@ -20,6 +20,8 @@ def test_one_round_of_stock_and_ours_side_by_side(tmp_path):
                            "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "bitsgd/stock_2bit" in proc.stdout and "[4/4] lenet5 none bitsgd" in proc.stdout
+    # the proofs' share of a round, from the servers' timing inside the jobs and the workers' calls
+    assert "none ssgd" in proc.stdout.split("proof of every push")[1] and "next proofs, off the path" in proc.stdout
     data = json.loads(out.read_text())
     run, = data["runs"]
     values = data["models"]["lenet5"]["trained_values"]
