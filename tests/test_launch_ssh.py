@@ -114,10 +114,14 @@ def test_nodes_stop_when_the_launcher_dies(cluster):
         ready += "READY" in line
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    here = [p for p in job_pids(marker) if "cdsgd_mx.server" in open("/proc/%d/cmdline" % p).read().replace("\0", " ")
-            and "scheduler" in open("/proc/%d/environ" % p, "rb").read().decode("latin1")]
-    for pid in here:  # the scheduler runs here, outside ssh: an orphan of the killed launcher
-        os.kill(pid, signal.SIGKILL)
+    for pid in job_pids(marker):  # the scheduler runs here, outside ssh: an orphan of the killed launcher
+        try:  # the nodes are stopping meanwhile: a process may be gone between the listing and the reads
+            cmdline = open("/proc/%d/cmdline" % pid).read().replace("\0", " ")
+            environ = open("/proc/%d/environ" % pid, "rb").read().decode("latin1")
+            if "cdsgd_mx.server" in cmdline and "scheduler" in environ:
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     deadline = time.time() + 20
     while time.time() < deadline and job_pids(marker):
         time.sleep(0.5)
