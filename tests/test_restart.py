@@ -80,15 +80,20 @@ def kill_mid_run_and_finish(out, alg, kills, restarts):
 
 @pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
 def test_a_worker_then_the_server_killed_mid_run_restart_and_end_bit_identical(tmp_path, alg):
+    """For cdsgd the scheduler is killed too, third."""
     whole = Uninterrupted(tmp_path / "whole", alg)
-    rc, text = kill_mid_run_and_finish(tmp_path / "restarted", alg, [(2, "worker", 1), (4, "server", 0)], restarts=2)
+    kills = [(2, "worker", 1), (4, "server", 0)] + ([(6, "scheduler", None)] if alg == "cdsgd" else [])
+    n = len(kills)
+    rc, text = kill_mid_run_and_finish(tmp_path / "restarted", alg, kills, restarts=n)
     whole.finish()
     assert rc == 0, text[-3000:]
-    assert "launch | restart 1 of 2: worker 1 exited with signal SIGKILL" in text
-    assert "launch | restart 2 of 2: server 0 exited with signal SIGKILL" in text
-    for attempt, resumed in ((1, (1, 2)), (2, (3, 4))):  # at the checkpoint before the kill, or the one just saved
+    assert "launch | restart 1 of %d: worker 1 exited with signal SIGKILL" % n in text
+    assert "launch | restart 2 of %d: server 0 exited with signal SIGKILL" % n in text
+    if n == 3:
+        assert "launch | restart 3 of 3: scheduler exited with signal SIGKILL" in text, text[-3000:]
+    for attempt, resumed in list(((1, (1, 2)), (2, (3, 4)), (3, (5, 6))))[:n]:  # the checkpoint before the kill, or the one just saved
         assert any("launch | restart %d resumed at step %d:" % (attempt, e * PER_EPOCH) in text for e in resumed), text
-    assert text.count("steps lost (done again)") == 2
+    assert text.count("steps lost (done again)") == n
     for a, b in zip(final_params(tmp_path / "whole"), final_params(tmp_path / "restarted")):
         assert sorted(a) == sorted(b)
         for name in a:
