@@ -181,8 +181,9 @@ class BucketSet:
             view = self.grad_views[key]
             if devices[0] is not view:
                 devices[0].copyto(view)
-            for g in devices[1:]:  # MXNet refuses arithmetic across contexts (cpu(0), cpu(1) too)
-                view += g if g.context == self.ctx else g.copyto(self.ctx)
+            if len(devices) > 1:  # (one device: nothing more, not even a loop)
+                for g in devices[1:]:  # MXNet refuses arithmetic across contexts (cpu(0), cpu(1) too)
+                    view += g if g.context == self.ctx else g.copyto(self.ctx)
 
     def scatter(self, source):
         """The parameters' data on every device = comm_buf ('comm', W) or loc_buf ('loc', x):

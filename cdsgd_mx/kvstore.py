@@ -889,7 +889,7 @@ def _devices(arrays, name):
     if isinstance(arrays, (list, tuple)):
         if not arrays:
             raise ValueError("%s: no array given (one per device expected)" % name)
-        return list(arrays)
+        return arrays
     return [arrays]
 
 

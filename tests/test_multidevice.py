@@ -21,6 +21,7 @@ import cdsgd_mx  # noqa: E402
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
+MIXED = [2, 1]  # devices of rank 0 and rank 1
 INIT = [init_value(i, s) for i, s in enumerate(SHAPES)]
 
 
@@ -42,19 +43,22 @@ def test_the_simulation_tells_a_sum_from_a_mean_and_a_dropped_device():
 # ---- real processes: 2 workers with 2 devices each, 1 server ---------------------------------
 @pytest.fixture(scope="module")
 def two_device_jobs(tmp_path_factory):
-    """One job per algorithm and one of stock gluon.Trainer on dist_sync with the same contexts
-    (update_on_kvstore=False: the workers update, as issue 7 compares), side by side."""
+    """One job per algorithm, one of stock gluon.Trainer on dist_sync with the same contexts
+    (update_on_kvstore=False: the workers update, as issue 7 compares) and one whose workers
+    have different numbers of devices, side by side."""
     tmp = tmp_path_factory.mktemp("multidev")
-    args = ["--steps", str(STEPS), "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T),
-            "--config", json.dumps(dict(CFG, devices=len(DEVICES)))]
-    jobs = {alg: start(tmp / alg, 2, 1, "--algorithm", alg, *args) for alg in ALGORITHMS}
-    jobs["stock"] = start(tmp / "stock", 2, 1, "--mode", "stock_local", *args, stock_server=True)
+    args = ["--steps", str(STEPS), "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T)]
+    two = ["--config", json.dumps(dict(CFG, devices=len(DEVICES)))]
+    jobs = {alg: start(tmp / alg, 2, 1, "--algorithm", alg, *args, *two) for alg in ALGORITHMS}
+    jobs["stock"] = start(tmp / "stock", 2, 1, "--mode", "stock_local", *args, *two, stock_server=True)
+    jobs["mixed"] = start(tmp / "mixed", 2, 1, "--algorithm", "cdsgd", *args,
+                          "--config", json.dumps(dict(CFG, devices=MIXED)))
     try:
         return {name: finish(job) for name, job in jobs.items()}
     finally:
         for proc, *_ in jobs.values():
-            if proc.poll() is None:  # a job failed: stop the others' launchers
-                proc.kill()
+            if proc.poll() is None:  # a job failed: the others' launchers stop their nodes
+                proc.terminate()
                 proc.wait()
 
 
@@ -89,6 +93,20 @@ def test_two_devices_match_the_simulation_of_summed_gradients(two_device_jobs, a
                                        err_msg="global W, param %d, rank %d" % (i, r))
             np.testing.assert_allclose(got[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5,
                                        err_msg="forward weights x, param %d, rank %d" % (i, r))
+
+
+@pytest.mark.slow
+def test_workers_with_different_numbers_of_devices_train_together(two_device_jobs):
+    """The start-up check does not compare device counts (stock MXNet does not): rank 0 with
+    two devices and rank 1 with one push one summed gradient each."""
+    got = two_device_jobs["mixed"]
+    xs, W = sim("cdsgd", 2, lambda x, r, t, i: summed_grad(MIXED[r])(x, r, t, i))
+    np.testing.assert_array_equal(got[0]["x0_dev1"], got[0]["x0"])
+    assert "x0_dev1" not in got[1]
+    for r in range(2):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(got[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
 
 
 # ---- one process (kvstore='local') --------------------------------------------------------

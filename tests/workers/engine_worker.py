@@ -8,7 +8,8 @@ decisions do not hinge on float rounding). Modes:
   stock_local  the same with update_on_kvstore=False (workers update; honours lr_mult/wd_mult)
   mxnet2bit kv.push/kv.pull with MXNet's own 2-bit compression (BIT-SGD reference)
 Config "devices": D puts every parameter on cpu(0) .. cpu(D-1), each device with its own
-gradient (device_grad: another batch share), as ctx=[mx.gpu(i) ...] would.
+gradient (device_grad: another batch share), as ctx=[mx.gpu(i) ...] would; a list gives each
+rank its own count (cdsgd mode).
 Writes OUT/rank<R>.npz: final x and global W per parameter, bytes pushed per step, and with
 several devices the x of every device ("x<i>_dev<d>").
 """
@@ -72,7 +73,11 @@ def main():
     for i, shape in enumerate(SHAPES):
         p = params.get("p%d" % i, shape=shape, init=mx.init.Constant(init_value(i, shape).tolist()))
         plist.append(p)
-    contexts = [mx.cpu(d) for d in range(cfg.get("devices", 1))]
+    devices, store = cfg.get("devices", 1), None
+    if isinstance(devices, list):  # a count per rank: the rank first, from the store the Trainer wraps
+        store = mx.kv.create("dist_sync")
+        devices = devices[store.rank]
+    contexts = [mx.cpu(d) for d in range(devices)]
     params.initialize(ctx=contexts)
     if cfg.get("mults"):  # per-parameter settings as gluon-cv's no-wd option and lr_mult would set them
         plist[1].lr_mult = 2.0
@@ -104,7 +109,8 @@ def main():
         rank = trainer._kvstore.rank
     else:
         import cdsgd_mx
-        store = cfg.get("kvstore", "dist_sync")
+        if store is None:
+            store = cfg.get("kvstore", "dist_sync")
         if cfg.get("existing_store"):  # as MXNet's cifar10_dist.py does, for its rank before its data loaders
             store = mx.kv.create("dist_sync")
         trainer = cdsgd_mx.Trainer(params, "sgd", opt_params, kvstore=store,
