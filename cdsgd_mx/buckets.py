@@ -10,16 +10,19 @@ bucket, whatever the number of parameters.
 A BucketSet owns the flat buffers of the buckets planned together (normally all parameters of a
 Trainer; a parameter initialized later gets a set of its own):
 - grad_buf: the gradients. The Trainer binds each parameter's gradient to its slice (autograd
-  writes there directly, so fusion adds no copy); an array that is not bound is copied in.
+  writes there directly, so fusion adds no copy); an array that is not bound is copied in. A
+  worker with several devices: the first device's gradients are bound, the other devices'
+  are added in (a worker pushes the sum of its devices' gradients, as MXNet's kvstore does);
 - comm_buf: g(t) handed to the communication thread, then W(t+1) pulled over it (the paper's
   comm_buf: one buffer serves both). On the parameter server each bucket's stretch of comm_buf
   is followed by its proof region (`region` values, auth.py): this worker's MAC tag on the way
   out, the server's count of the bucket's rounds on the way back. So comm_buf alone is laid out
   [bucket 0 | region | bucket 1 | region ...]; the other buffers have no gaps;
 - loc_buf:  x(t+1) = W(t) - local step with g(t) for the delayed algorithms, then copied into
-  the parameters' own data arrays (the weights forward reads);
+  the parameters' own data arrays (the weights forward reads), on every device;
 - residual: the quantizer's error-feedback memory (numpy: only the codec touches it);
 - per bucket: sml_buf, the 2-bit codes in MXNet's packed layout.
+The NDArray buffers live on one host context (`ctx`): the first device's when it is a CPU.
 """
 import math
 from dataclasses import dataclass, field
@@ -108,19 +111,20 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
 class BucketSet:
     """Flat buffers of buckets planned together, their views, and the step they are at."""
 
-    def __init__(self, buckets, shapes, outs, compressing, delayed, region=0):
+    def __init__(self, buckets, shapes, outs, compressing, delayed, region=0, ctx=None):
         self.buckets = buckets
         self.region = region              # proof values after each bucket in comm_buf (0: none)
         self.shapes = shapes              # key -> the parameter's shape
-        self.outs = outs                  # key -> the parameter's data array (what forward reads)
+        self.outs = outs                  # key -> the parameter's data arrays, one per device (what forward reads)
+        self.ctx = ctx or mx.current_context()  # where the buffers live (kvstore.CDSGD.broadcast)
         self.keys = list(shapes)
         self.size = sum(b.size for b in buckets)
         self.slots = [s for b in buckets for s in b.slots]
         self.t = 0                        # the schedule's step of these buckets
         self.in_flight = None             # the flush after which W(t) is (being) pulled into comm_buf
-        self.grad_buf = mx.nd.zeros((self.size,))
-        self.comm_buf = mx.nd.zeros((self.size + region * len(buckets),))
-        self.loc_buf = mx.nd.zeros((self.size,)) if delayed else None
+        self.grad_buf = mx.nd.zeros((self.size,), ctx=self.ctx)
+        self.comm_buf = mx.nd.zeros((self.size + region * len(buckets),), ctx=self.ctx)
+        self.loc_buf = mx.nd.zeros((self.size,), ctx=self.ctx) if delayed else None
         self.residual = np.zeros(self.size, np.float32) if compressing else None
         for i, b in enumerate(buckets):
             b.grad = self.grad_buf[b.offset:b.offset + b.size]
@@ -170,24 +174,30 @@ class BucketSet:
                 start = i + 1
 
     def gather(self, grads):
-        """grad_buf = the gradients {key: array}: nothing to do for a bound gradient."""
-        for key, g in grads.items():
+        """grad_buf = the gradients {key: [array per device]}, summed over the devices: nothing
+        to do for a bound gradient of one device. Engine ops, ordered after backward and before
+        anything that reads grad_buf (the non-finite check waits for them)."""
+        for key, devices in grads.items():
             view = self.grad_views[key]
-            if g is not view:
-                g.copyto(view)
+            if devices[0] is not view:
+                devices[0].copyto(view)
+            if len(devices) > 1:  # (one device: nothing more, not even a loop)
+                for g in devices[1:]:  # MXNet refuses arithmetic across contexts (cpu(0), cpu(1) too)
+                    view += g if g.context == self.ctx else g.copyto(self.ctx)
 
     def scatter(self, source):
-        """The parameters' data = comm_buf ('comm', W) or loc_buf ('loc', x): engine copies,
-        ordered after whatever writes the source (a pull, the local update)."""
+        """The parameters' data on every device = comm_buf ('comm', W) or loc_buf ('loc', x):
+        engine copies, ordered after whatever writes the source (a pull, the local update)."""
         views = self._comm_views if source == "comm" else self._loc_views
-        for key, out in self.outs.items():
+        for key, devices in self.outs.items():
             view = views[key]
-            if isinstance(view, list):  # a parameter cut by a proof region
-                flat = out.reshape((-1,))
-                for piece, begin, end in view:
-                    piece.copyto(flat[begin:end])
-            else:
-                view.copyto(out)
+            for out in devices:
+                if isinstance(view, list):  # a parameter cut by a proof region
+                    flat = out.reshape((-1,))
+                    for piece, begin, end in view:
+                        piece.copyto(flat[begin:end])
+                else:
+                    view.copyto(out)
 
     def grad_to_comm(self):
         """comm_buf = g(t), bucket by bucket (the proof regions are written per round)."""

@@ -12,6 +12,8 @@ names, Fig. 4), per bucket set:
 - sml_buf:  the 2-bit codes of g(t) + residual, per bucket (MXNet's packed layout);
 - loc_buf:  x(t+1), the weights the next forward/backward reads, copied into the parameters;
 - residual: the error-feedback memory of the quantizer, changed only on compressed steps.
+A worker may have several devices (one array per device in value and out): grad_buf gets the
+sum of their gradients, and the weights are copied to every device (docs/design.md, "Devices").
 
 One step t of pushpull(keys, grads, out=weights) (Algorithm 1, per bucket set):
   synchronous steps (warm-up before n-1, ssgd, bitsgd): comm_buf = g(t); push it (fp32 or
@@ -204,8 +206,10 @@ class CDSGD(KVStoreBase):
     def broadcast(self, key, value, out, priority=0):
         """Initializes parameters on the servers from rank 0's values and pulls them to out.
         key, value, out: one parameter, or lists of them: the parameters of one call are fused
-        into buckets (the Trainer hands over all its parameters at once)."""
+        into buckets (the Trainer hands over all its parameters at once). A parameter's out may
+        be a list, one array per device of this worker: each gets W(0)."""
         keys, values, outs = _as_lists(key, value, out)
+        values = [v[0] for v in values]  # the devices start from the servers' W(0) anyway
         shapes = {}
         for k, v in zip(keys, values):
             if v.dtype != np.float32:
@@ -217,8 +221,13 @@ class CDSGD(KVStoreBase):
             shapes[k] = tuple(v.shape)
         plan = bucketing.plan([(k, int(np.prod(shapes[k]))) for k in keys], self.bucket_size, self.num_workers,
                               self._backend.num_servers, self._keys, first_state=len(self._slots()))
+        # the buffers live on the first device's context when it is a CPU one (its gradients
+        # are then bound to grad_buf); a GPU's are copied to the host, where the codec and the
+        # proofs run (device-resident buckets: issue 12)
+        first = outs[0][0].context
         bset = bucketing.BucketSet(plan, shapes, dict(zip(keys, outs)), self.algorithm in COMPRESSING,
-                                   self.algorithm in DELAYED, region=self._backend.region)
+                                   self.algorithm in DELAYED, region=self._backend.region,
+                                   ctx=first if first.device_type == "cpu" else mx.cpu())
         # MKL-DNN may keep a parameter in a blocked layout that cannot be sliced: go through
         # numpy copies; only rank 0's values reach the servers (MXNet's init)
         flat = np.empty(bset.size, np.float32)
@@ -234,20 +243,23 @@ class CDSGD(KVStoreBase):
         for b in plan:
             self._backend.pull(b.weight_key, b.comm_wire)
         bset.scatter("comm")  # W(0) stays in comm_buf: a delayed first step starts from it
-        for o in outs:
-            o.wait_to_read()
+        for devices in outs:
+            for o in devices:
+                o.wait_to_read()
         self._sets.append(bset)
         for k in keys:
             self._set_of[k] = bset
 
     def grad_view(self, key):
-        """The slice of its bucket set's grad_buf that parameter `key`'s gradient can be bound
-        to (autograd then writes there and nothing is copied)."""
+        """The slice of its bucket set's grad_buf that parameter `key`'s gradient on the first
+        device can be bound to (autograd then writes there and nothing is copied)."""
         return self._set_of[key].grad_views[key]
 
     def pushpull(self, key, value, out=None, priority=0):
         """One step of the parameters `key` (one or a list): every parameter of a bucket set
-        (one broadcast() call) must come in the same call, every step."""
+        (one broadcast() call) must come in the same call, every step. A key's value and out
+        may be lists, one array per device of this worker: the gradients are summed into one
+        push (as MXNet's kvstore reduces locally) and every device gets the new weights."""
         if out is None:
             raise ValueError("pushpull needs out= (the parameters' weights): the optimizer runs on the servers")
         keys, grads, outs = _as_lists(key, value, out)
@@ -352,7 +364,8 @@ class CDSGD(KVStoreBase):
         import pickle
         params = {}
         for k, bset in self._set_of.items():
-            params[k] = {"shape": bset.shapes[k], "x": bset.outs[k].asnumpy(), "global": self.global_weights(k).asnumpy()}
+            # x of the first device: every device of this worker holds the same weights
+            params[k] = {"shape": bset.shapes[k], "x": bset.outs[k][0].asnumpy(), "global": self.global_weights(k).asnumpy()}
         sets = [{"layout": bset.layout(), "t": bset.t, "in_flight": bset.in_flight is not None,
                  "comm_buf": bset.comm_buf.asnumpy(),
                  "residual": None if bset.residual is None else bset.residual.copy()} for bset in self._sets]
@@ -466,8 +479,10 @@ class CDSGD(KVStoreBase):
             if saved["residual"] is not None:
                 bset.residual[:] = saved["residual"]
             bset.in_flight = self._comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
-            for k, out in bset.outs.items():
-                mx.nd.array(params[k]["x"]).copyto(out)  # this worker's x(t), may differ from W
+            for k, devices in bset.outs.items():
+                x = mx.nd.array(params[k]["x"])  # this worker's x(t), may differ from W
+                for out in devices:
+                    x.copyto(out)
         if worker["local"] is not None and self._local_updater is not None:
             self._local_updater.set_states(worker["local"])
             self._local_optimizer = self._local_updater.optimizer
@@ -527,7 +542,8 @@ class CDSGD(KVStoreBase):
 
     def _check_agreement(self):
         """Before any training: every worker must run the same algorithm, k, warm-up,
-        threshold, bucket size and parameters; a mismatch would silently train something else."""
+        threshold, bucket size and parameters; a mismatch would silently train something else.
+        Not the number of devices: a worker pushes one summed gradient whatever its devices."""
         shapes = json.dumps([[k, list(bset.shapes[k])] for bset in self._sets for k in bset.keys])
         names = json.dumps(list(self.param_names or []))
         layout = json.dumps([bset.layout() for bset in self._sets])
@@ -868,18 +884,20 @@ def _name_difference(there, here):
         i, there[i], here[i], " (and %d more differ)" % (len(differ) - 1) if len(differ) > 1 else "")
 
 
-def _single(arrays, name):
+def _devices(arrays, name):
+    """A key's arrays, one per device of this worker: an array or a non-empty list of them."""
     if isinstance(arrays, (list, tuple)):
-        if len(arrays) != 1:
-            raise ValueError("%s: cdsgd supports one device per worker, got %d arrays" % (name, len(arrays)))
-        return arrays[0]
-    return arrays
+        if not arrays:
+            raise ValueError("%s: no array given (one per device expected)" % name)
+        return arrays
+    return [arrays]
 
 
 def _as_lists(key, value, out):
-    """(keys, values, outs) for one key or a list of keys; one array per key (one device)."""
+    """(keys, values, outs) for one key or a list of keys; each value and out a list with one
+    array per device of this worker (MXNet's convention: a list per key)."""
     if isinstance(key, (list, tuple)):
         if len(value) != len(key) or len(out) != len(key):
             raise ValueError("value and out must hold one entry per key (%d keys)" % len(key))
-        return list(key), [_single(v, "value") for v in value], [_single(o, "out") for o in out]
-    return [key], [_single(value, "value")], [_single(out, "out")]
+        return list(key), [_devices(v, "value") for v in value], [_devices(o, "out") for o in out]
+    return [key], [_devices(value, "value")], [_devices(out, "out")]

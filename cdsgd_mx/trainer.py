@@ -26,7 +26,9 @@ class Trainer(gluon.Trainer):
     nonfinite='error', bucket_size=2^20 values (see CDSGD).
 
     The parameters are fused into buckets: their gradients are bound to slices of one flat
-    buffer (autograd writes there), and every step hands all of them to the kvstore at once."""
+    buffer (autograd writes there), and every step hands all of them to the kvstore at once.
+    Parameters on several contexts (ctx=[mx.gpu(0), mx.gpu(1)] or [mx.cpu(0), mx.cpu(1)]): the
+    worker pushes the sum of its devices' gradients and every device gets the same weights."""
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="dist_sync", algorithm="cdsgd",
                  k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",
@@ -110,13 +112,16 @@ class Trainer(gluon.Trainer):
         for p in trained:
             view = self._cdsgd.grad_view(self._param2idx[p.name])
             grads = p.list_grad()
-            if len(grads) == 1 and grads[0] is not view:
+            # the first device's gradient only, where the buckets live on its context (a CPU);
+            # the other devices' keep their arrays and are added into grad_buf every step
+            if grads[0] is not view and grads[0].context == view.context:
                 data = p._check_and_get(p._data, list)
-                fresh = data[0]._fresh_grad  # marking resets it; gluon's stale check reads it
+                fresh = [d._fresh_grad for d in data]  # marking resets it; gluon's stale check reads it
                 grads[0].copyto(view)  # this step's gradient, already computed
-                p._grad = [view]
+                p._grad = [view] + grads[1:]
                 autograd.mark_variables(data, p._grad, p.grad_req)
-                data[0]._fresh_grad = fresh
+                for d, f in zip(data, fresh):
+                    d._fresh_grad = f
 
     def set_learning_rate(self, lr, local_lr=None):
         """Global learning rate (on the servers too) and the local one: local_lr, or scaled

@@ -24,18 +24,35 @@ pytestmark = pytest.mark.slow
 
 
 def launch(tmp, workers, servers, *worker_args, stock_server=False, timeout=120, allow_missing=False):
+    return finish(start(tmp, workers, servers, *worker_args, stock_server=stock_server, timeout=timeout),
+                  allow_missing)
+
+
+def start(tmp, workers, servers, *worker_args, stock_server=False, timeout=120):
+    """Starts a job (launcher, scheduler, servers, engine workers); finish() waits for it, so
+    that independent jobs can run side by side."""
     out = tmp / "out"
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(workers), "-s", str(servers), "--timeout", str(timeout)]
     if stock_server:
         cmd.append("--stock-server")
     cmd += ["--", sys.executable, str(WORKER), "--out", str(out), "--config", json.dumps(CFG)] + list(worker_args)
     env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND=str(BOUND))
-    proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout + 30)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    proc = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, out, workers, timeout
+
+
+def finish(job, allow_missing=False):
+    """The job's results, one dict per rank (None with allow_missing)."""
+    proc, out, workers, timeout = job
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-2000:]
     if allow_missing:
         return None
-    results = [dict(np.load(out / ("rank%d.npz" % r))) for r in range(workers)]
-    return results
+    return [dict(np.load(out / ("rank%d.npz" % r))) for r in range(workers)]
 
 
 def sim(alg, workers):

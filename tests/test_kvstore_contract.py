@@ -3,8 +3,6 @@ tests/python/unittest/test_kvstore_custom.py and run against CDSGD. What differs
 - pushpull needs out= and applies the optimizer on the servers (update_on_kvstore): there is
   no in-place pushpull(key, vals) that returns the plain sum, so the sums are checked through
   SGD with learning rate -1 (W + sum of gradients);
-- one device per worker (several arrays for one key raise ValueError), until multi-device
-  workers (issue 12);
 - a key is initialized once: a second broadcast of the same key raises ValueError (its buckets
   live on the servers);
 - is_capable('optimizer') is True (MXNet's test store says False);
@@ -39,8 +37,9 @@ def test_broadcast_single_kv_pair(key):
     out = mx.nd.empty(SHAPE)
     kv.broadcast(key, mx.nd.ones(SHAPE), out)
     assert np.all(out.asnumpy() == 1)
-    with pytest.raises(ValueError, match="one device per worker, got 3 arrays"):  # differs: one device
-        kv.broadcast(key * 2, mx.nd.ones(SHAPE), [mx.nd.empty(SHAPE)] * 3)
+    outs = [mx.nd.empty(SHAPE, ctx=mx.cpu(d)) for d in range(3)]  # one per device of this worker
+    kv.broadcast(key * 2, mx.nd.ones(SHAPE), outs)
+    assert all(np.all(o.asnumpy() == 1) for o in outs)
 
 
 @pytest.mark.parametrize("keys", [[5, 7, 11], ["b", "c", "d"]])
@@ -70,8 +69,14 @@ def test_pushpull_single_and_list_kv_pairs(key, keys):
         assert np.all(o.asnumpy() == 2)
     with pytest.raises(ValueError, match="needs out="):  # differs: no in-place reduce
         kv.pushpull(key, mx.nd.ones(SHAPE))
-    with pytest.raises(ValueError, match="one device per worker"):  # differs: one device
-        kv.pushpull(key, [mx.nd.ones(SHAPE)] * 2, out=[mx.nd.empty(SHAPE)] * 2)
+    # several devices: their gradients are summed (1 + 2 = 3, one push), every out gets W
+    kv.broadcast(key * 3, mx.nd.zeros(SHAPE), out=mx.nd.empty(SHAPE))
+    outs = [mx.nd.empty(SHAPE, ctx=mx.cpu(d)) for d in range(2)]
+    kv.pushpull(key * 3, [mx.nd.ones(SHAPE, ctx=mx.cpu(d)) * (d + 1) for d in range(2)], out=outs)
+    kv.wait_all()
+    assert all(np.all(o.asnumpy() == 3) for o in outs)
+    with pytest.raises(ValueError, match="out: no array given"):
+        kv.pushpull(key, mx.nd.ones(SHAPE), out=[])
 
 
 def test_is_capable_and_type():

@@ -7,7 +7,11 @@ decisions do not hinge on float rounding). Modes:
   stock     gluon.Trainer with kvstore='dist_sync' (S-SGD reference)
   stock_local  the same with update_on_kvstore=False (workers update; honours lr_mult/wd_mult)
   mxnet2bit kv.push/kv.pull with MXNet's own 2-bit compression (BIT-SGD reference)
-Writes OUT/rank<R>.npz: final x and global W per parameter, bytes pushed per step.
+Config "devices": D puts every parameter on cpu(0) .. cpu(D-1), each device with its own
+gradient (device_grad: another batch share), as ctx=[mx.gpu(i) ...] would; a list gives each
+rank its own count (cdsgd mode).
+Writes OUT/rank<R>.npz: final x and global W per parameter, bytes pushed per step, and with
+several devices the x of every device ("x<i>_dev<d>").
 """
 import argparse
 import json
@@ -25,6 +29,19 @@ def grad_fn(x, rank, t, index, stable=False):
     c = rng.uniform(0.05 if stable else -0.3, 0.3, x.shape).astype(np.float32)
     d = np.random.RandomState(7919 * t + 97 * rank + index).normal(0, 0.4, x.shape).astype(np.float32)
     return (np.round((c * x + d) * 64) / 64).astype(np.float32)
+
+
+def device_grad(x, rank, t, index, device, stable=False):
+    """The gradient of one device of a worker: device 0's is grad_fn's, the others' differ."""
+    return grad_fn(x, rank + 50 * device, t, index, stable)
+
+
+def summed_grad(devices):
+    """A worker's gradient with `devices` devices: the sum of theirs (what it pushes; exact,
+    on the 1/64 grid), as a grad_fn for the simulation."""
+    def grad(x, rank, t, index, stable=False):
+        return sum(device_grad(x, rank, t, index, d, stable) for d in range(devices))
+    return grad
 
 
 def init_value(index, shape):
@@ -56,7 +73,12 @@ def main():
     for i, shape in enumerate(SHAPES):
         p = params.get("p%d" % i, shape=shape, init=mx.init.Constant(init_value(i, shape).tolist()))
         plist.append(p)
-    params.initialize(ctx=mx.cpu())
+    devices, store = cfg.get("devices", 1), None
+    if isinstance(devices, list):  # a count per rank: the rank first, from the store the Trainer wraps
+        store = mx.kv.create("dist_sync")
+        devices = devices[store.rank]
+    contexts = [mx.cpu(d) for d in range(devices)]
+    params.initialize(ctx=contexts)
     if cfg.get("mults"):  # per-parameter settings as gluon-cv's no-wd option and lr_mult would set them
         plist[1].lr_mult = 2.0
         plist[2].wd_mult = 3.0
@@ -87,7 +109,8 @@ def main():
         rank = trainer._kvstore.rank
     else:
         import cdsgd_mx
-        store = cfg.get("kvstore", "dist_sync")
+        if store is None:
+            store = cfg.get("kvstore", "dist_sync")
         if cfg.get("existing_store"):  # as MXNet's cifar10_dist.py does, for its rank before its data loaders
             store = mx.kv.create("dist_sync")
         trainer = cdsgd_mx.Trainer(params, "sgd", opt_params, kvstore=store,
@@ -113,24 +136,25 @@ def main():
             np.savez("%s.x%d.npz" % (args.ckpt, rank), **{"x%d" % i: p.data().asnumpy() for i, p in enumerate(plist)})
             break
         for i, p in enumerate(plist):
-            g = grad_fn(p.data().asnumpy(), rank, t, i, stable=cfg.get("stable", False))
-            if [rank, t] in cfg.get("nan_at", []) and i == 1:
-                g[0, 0] = np.nan  # a non-finite gradient in one parameter of this worker
-            p.grad()[:] = g
-            p.data()._fresh_grad = True  # as backward would: gluon's local update skips stale ones
+            for d, ctx in enumerate(contexts):  # from each device's own weights: all must be updated
+                g = device_grad(p.data(ctx).asnumpy(), rank, t, i, d, stable=cfg.get("stable", False))
+                if [rank, t] in cfg.get("nan_at", []) and i == 1:
+                    g[0, 0] = np.nan  # a non-finite gradient in one parameter of this worker
+                p.grad(ctx)[:] = g
+                p.data(ctx)._fresh_grad = True  # as backward would: gluon's local update skips stale ones
         trainer.step(batch, ignore_stale_grad=True)
     if args.mode in ("stock", "stock_local"):
         mx.nd.waitall()
         rank = trainer._kvstore.rank
         finals = [p.data().asnumpy() for p in plist]
-        save(args.out, rank, finals, finals, {})
+        save(args.out, rank, finals, finals, {}, devices=device_weights(plist, contexts))
         return
     kv = trainer.kvstore
     kv.wait_all()
     xs = [p.data().asnumpy() for p in plist]
     ws = [kv.global_weights(i).asnumpy() for i in range(len(plist))]
     save(args.out, kv.rank, xs, ws, kv.bytes_by_step,
-         expected=[kv.push_bytes_of_step(t) for t in sorted(kv.bytes_by_step)])
+         expected=[kv.push_bytes_of_step(t) for t in sorted(kv.bytes_by_step)], devices=device_weights(plist, contexts))
     if cfg.get("trace"):
         trainer.save_trace()
 
@@ -147,9 +171,16 @@ def pause(go, rank):
         time.sleep(0.05)
 
 
-def save(out, rank, xs, ws, bytes_by_step, expected=()):
+def device_weights(plist, contexts):
+    """{"x<i>_dev<d>": the weights of parameter i on device d} for the devices after the first."""
+    return {"x%d_dev%d" % (i, d): p.data(ctx).asnumpy() for i, p in enumerate(plist)
+            for d, ctx in enumerate(contexts) if d > 0}
+
+
+def save(out, rank, xs, ws, bytes_by_step, expected=(), devices=None):
     os.makedirs(out, exist_ok=True)
-    data = {"x%d" % i: x for i, x in enumerate(xs)}
+    data = dict(devices or {})
+    data.update({"x%d" % i: x for i, x in enumerate(xs)})
     data.update({"w%d" % i: w for i, w in enumerate(ws)})
     steps = sorted(bytes_by_step)
     data["bytes"] = np.array([bytes_by_step[s] for s in steps], np.int64)
