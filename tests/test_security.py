@@ -133,13 +133,22 @@ def _others_readable_files_since(start, roots):
 
 def _start_paused_job(tmp_path, marker, algorithm="cdsgd"):
     """A 2-worker, 1-server job whose workers wait before step 4 until tmp_path/go exists."""
+    job, go = _launch_paused_job(tmp_path, marker, algorithm)
+    _wait_paused(job, go)
+    return job, go
+
+
+def _launch_paused_job(tmp_path, marker, algorithm):
     go = tmp_path / "go"
     cfg = dict(CFG, pause_at=[4, str(go)])
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "150",
            "--env", "CDSGD_SECURITY_TEST=" + marker, "--", sys.executable, str(WORKER), "--out", str(tmp_path / "out"),
            "--config", json.dumps(cfg), "--algorithm", algorithm, "--steps", str(STEPS), "--warmup", str(WARMUP),
            "--k", str(K), "--threshold", str(T)]
-    job = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), go
+
+
+def _wait_paused(job, go):
     deadline = time.time() + 120
     while not all(os.path.exists("%s.paused%d" % (go, r)) for r in range(2)):
         if job.poll() is not None or time.time() > deadline:
@@ -147,7 +156,6 @@ def _start_paused_job(tmp_path, marker, algorithm="cdsgd"):
             raise AssertionError("the job ended or never paused:\n" + job.communicate()[0][-3000:])
         time.sleep(0.1)
     time.sleep(0.3)
-    return job, go
 
 
 def _finish(job, go):
@@ -212,10 +220,45 @@ def _simulated_weights_equal(tmp_path, algorithm):
             np.testing.assert_allclose(got["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
 
 
+FOREIGN_PUSHES = [("ssgd", "weights"), ("odsgd", "weights"), ("cdsgd", "weights"), ("bitsgd", "codes"),
+                  ("cdsgd", "codes")]
+
+
+@pytest.fixture(scope="module")
+def foreign_push_jobs(tmp_path_factory):
+    """One paused job per case of FOREIGN_PUSHES, run side by side; the outsider pushes to each
+    while it is paused. Returns {case: (returncode, output, out dir)}."""
+    from cdsgd_mx import codec
+    n = sum(int(np.prod(s)) for s in SHAPES)  # one bucket on one server: weight key 0, payload key 1
+    jobs = {}
+    try:
+        for algorithm, target in FOREIGN_PUSHES:
+            tmp = tmp_path_factory.mktemp("%s-%s" % (algorithm, target))
+            marker = "%d-%d-%s-%s" % (os.getpid(), time.time_ns(), algorithm, target)
+            job, go = _launch_paused_job(tmp, marker, algorithm)
+            jobs[(algorithm, target)] = (job, go, marker, tmp)
+        for (algorithm, target), (job, go, marker, tmp) in jobs.items():
+            _wait_paused(job, go)
+            port = outsider.listening_ports(_server_pid(_job_pids(marker)))[0]
+            if target == "weights":
+                outsider.push(port, 0, np.concatenate([np.full(n, 100.0, np.float32),
+                                                       np.ones(2 * auth.TAG_FLOATS, np.float32)]))
+            else:  # worker 0's row, wire floats (>= 1: a valid code) and a wrong tag
+                outsider.push_rows(port, 1, [0], np.full(codec.packed_size(n) + auth.TAG_FLOATS, 2.0, np.float32))
+        time.sleep(0.5)
+        for job, go, _, _ in jobs.values():  # every job goes on at once
+            go.write_text("go")
+        return {case: (job, job.communicate(timeout=200)[0], tmp) for case, (job, _, _, tmp) in jobs.items()}
+    finally:
+        for job, _, _, _ in jobs.values():
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm,target", [("ssgd", "weights"), ("odsgd", "weights"), ("cdsgd", "weights"),
-                                              ("bitsgd", "codes"), ("cdsgd", "codes")])
-def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(tmp_path, algorithm, target):
+@pytest.mark.parametrize("algorithm,target", FOREIGN_PUSHES)
+def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(foreign_push_jobs, algorithm, target):
     """MXNet's server counts the outsider's push into the key's round before any Python code
     runs, so the round closes one push early: the server must not apply it (no proof from one
     worker), and the workers must send the dropped round again, so that the job trains exactly
@@ -223,19 +266,7 @@ def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(tmp_p
     fp32 round (ssgd: synchronous; odsgd and cdsgd's correction step: delayed, the gradient
     kept while W is pulled over it); 'codes': a row_sparse push to its payload key, met by the
     next 2-bit round (bitsgd synchronous, cdsgd delayed)."""
-    from cdsgd_mx import codec
-    marker = "%d-%d" % (os.getpid(), time.time_ns())
-    job, go = _start_paused_job(tmp_path, marker, algorithm)
-    n = sum(int(np.prod(s)) for s in SHAPES)  # one bucket on one server: weight key 0, payload key 1
-    try:
-        port = outsider.listening_ports(_server_pid(_job_pids(marker)))[0]
-        if target == "weights":
-            outsider.push(port, 0, np.concatenate([np.full(n, 100.0, np.float32), np.ones(2 * auth.TAG_FLOATS, np.float32)]))
-        else:  # worker 0's row, wire floats (>= 1: a valid code) and a wrong tag
-            outsider.push_rows(port, 1, [0], np.full(codec.packed_size(n) + auth.TAG_FLOATS, 2.0, np.float32))
-        time.sleep(0.5)
-    finally:
-        out = _finish(job, go)
+    job, out, tmp_path = foreign_push_jobs[(algorithm, target)]
     assert job.returncode == 0, out[-4000:]
     # the server names what it dropped: a round without a worker's proof, or (the outsider's row
     # summed into the same worker's row) a payload round missing a worker's row
