@@ -412,8 +412,9 @@ class ServerState:
         if pk not in self._decoded:
             self._decoded[pk] = nd.zeros((n,), ctx=self.weights[wk].context)
         decoded = self._decoded[pk]
-        if wire.shape[1] != codec.packed_size(n) + (auth.TAG_FLOATS if self.region else 0):
-            raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], codec.packed_size(n)))
+        width = codec.packed_size(n) + (auth.TAG_FLOATS if self.region else 0)  # the codes, then the tag
+        if wire.shape[1] != width:
+            raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], width))
         codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row (tags skipped)
         self.apply_gradient(wk, self.weights[wk], decoded)  # waits for the update
         if self.region:
