@@ -106,6 +106,13 @@ def main():
                                 update_on_kvstore=False if args.mode == "stock_local" else None)
         trainer._optimizer.rescale_grad = 1.0 / batch  # what step() sets; the kvstore exists now
         trainer._init_kvstore()
+        # Stock MXNet 1.9.1 races here if left to step(): its first step broadcasts the initial
+        # weights (init + pull into a pinned buffer) and then pushpulls the gradients through
+        # another buffer, so the engine does not order the two; when the pushpull reaches the
+        # server first, the pull returns the summed gradient as the weights (seen in about one
+        # run in eight, for one key on both ranks). Broadcast before the first step and wait.
+        trainer._init_params()
+        mx.nd.waitall()
         rank = trainer._kvstore.rank
     else:
         import cdsgd_mx
