@@ -64,6 +64,8 @@ def _array(x, write):
         if getattr(x, "stype", "default") != "default":
             raise TypeError("only dense NDArrays are supported, got stype %r" % x.stype)
         return x.to_dlpack_for_write() if write else x.to_dlpack_for_read()
+    if hasattr(x, "__dlpack__"):  # PyTorch, CuPy: the caller hands finished data (codec.md)
+        return x.__dlpack__()
     return x
 
 
@@ -128,6 +130,30 @@ def set_value(x, index, value):
 def count_nonfinite(x, threads=None):
     """Number of NaN/Inf values in x (float32): the Trainer's check before a push."""
     return _native.count_nonfinite(_array(x, False), _threads(threads))
+
+
+def copy(src, dst):
+    """dst = src (4-byte elements, same count; the bits are copied) between any two of host and
+    device memory: numpy, NDArrays, DLPack capsules or objects with __dlpack__. Returns when
+    the copy is done."""
+    _native.copy(_array(src, False), _array(dst, True))
+
+
+def host_buffer(n, dtype=np.float32):
+    """A numpy array of n float32 or uint32 values in host memory made for copies to and from a
+    device: page-locked where a CUDA device is usable, ordinary memory otherwise (is_pinned)."""
+    dtype = np.dtype(dtype)
+    formats = {np.dtype(np.float32): "f", np.dtype(np.uint32): "I"}
+    if dtype not in formats:
+        raise TypeError("host_buffer holds float32 or uint32, got %s" % dtype.name)
+    return np.frombuffer(_native.HostBuffer(int(n), formats[dtype]), dtype=dtype, count=int(n))
+
+
+def is_pinned(x):
+    """Whether x is (a view of) a page-locked host_buffer."""
+    while isinstance(x, np.ndarray):
+        x = x.base
+    return isinstance(x, _native.HostBuffer) and x.pinned
 
 
 def set_num_threads(threads):

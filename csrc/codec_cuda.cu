@@ -271,5 +271,26 @@ int64_t count_nonfinite(const float* x, int64_t n, int device) {
   });
 }
 
+void copy(void* dst, const void* src, int64_t bytes, int device) {
+  if (bytes <= 0) return;
+  run(device, false, "cudaMemcpyAsync", [&](DeviceContext& c, unsigned long long*) {
+    check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, c.stream), "cudaMemcpyAsync");
+  });
+}
+
+void* alloc_host(int64_t bytes) {
+  if (device_count() == 0) return nullptr;
+  void* p = nullptr;
+  if (cudaMallocHost(&p, static_cast<size_t>(bytes > 0 ? bytes : 4)) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
+void free_host(void* p) {
+  if (p != nullptr) cudaFreeHost(p);
+}
+
 }  // namespace cuda
 }  // namespace cdsgd

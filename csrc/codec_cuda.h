@@ -24,5 +24,13 @@ int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int 
 // Number of NaN/Inf values among x[0..n).
 int64_t count_nonfinite(const float* x, int64_t n, int device);
 
+// Copies `bytes` between device and host memory in either direction (or within one device) on
+// the device's stream and waits: the device part of a round moves codes and weights with it.
+void copy(void* dst, const void* src, int64_t bytes, int device);
+// Page-locked host memory (full-speed, DMA-able copies), or nullptr where CUDA cannot give it
+// (no driver or device): the caller then uses ordinary memory. Never throws.
+void* alloc_host(int64_t bytes);
+void free_host(void* p);
+
 }  // namespace cuda
 }  // namespace cdsgd

@@ -6,7 +6,9 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -297,6 +299,64 @@ int64_t count_nonfinite(py::handle x, int threads) {
   return cdsgd::count_nonfinite(xp, v.size, threads);
 }
 
+// dst = src, element for element (4-byte elements; the bits are copied), between any two of
+// host and device memory: the device part of a round moves codes to the host and weights back.
+void copy(py::handle src, py::handle dst) {
+  View s = view("src", kWord32, src, false), d = view("dst", kWord32, dst, true);
+  check_size("dst", d, s.size, "same as src");
+  if (s.gpu && d.gpu && s.device != d.device)
+    throw py::value_error("src is on GPU " + std::to_string(s.device) + " and dst on GPU " + std::to_string(d.device) +
+                          ": copies between two GPUs are not supported");
+  check_no_overlap("src", s, s.size * 4, "dst", d, d.size * 4);
+  const int64_t bytes = s.size * 4;
+  if (!s.gpu && !d.gpu) {
+    py::gil_scoped_release nogil;
+    if (bytes > 0) std::memcpy(d.data, s.data, static_cast<size_t>(bytes));
+    return;
+  }
+#ifdef CDSGD_WITH_CUDA
+  py::gil_scoped_release nogil;
+  cdsgd::cuda::copy(d.data, s.data, bytes, s.gpu ? s.device : d.device);
+#else
+  throw py::value_error(std::string(s.gpu ? "src" : "dst") + " is a GPU array but cdsgd_mx was built without CUDA");
+#endif
+}
+
+// Host memory for what crosses between a device and the host, made once and reused: page-locked
+// where a CUDA device is usable (copies then run at the link's full speed), ordinary otherwise.
+class HostBuffer {
+ public:
+  HostBuffer(int64_t n, const std::string& format) : n_(n), format_(format) {
+    if (n < 0) throw py::value_error("n must be >= 0, got " + std::to_string(n));
+    if (format != "f" && format != "I")
+      throw py::value_error("format must be 'f' (float32) or 'I' (uint32), got '" + format + "'");
+    const int64_t bytes = (n > 0 ? n : 1) * 4;
+#ifdef CDSGD_WITH_CUDA
+    data_ = cdsgd::cuda::alloc_host(bytes);
+    pinned_ = data_ != nullptr;
+#endif
+    if (data_ == nullptr) data_ = std::calloc(static_cast<size_t>(bytes), 1);
+    else std::memset(data_, 0, static_cast<size_t>(bytes));
+    if (data_ == nullptr) throw std::bad_alloc();
+  }
+  ~HostBuffer() {
+#ifdef CDSGD_WITH_CUDA
+    if (pinned_) { cdsgd::cuda::free_host(data_); return; }
+#endif
+    std::free(data_);
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  py::buffer_info info() { return py::buffer_info(data_, 4, format_, 1, {n_}, {int64_t{4}}); }
+  bool pinned() const { return pinned_; }
+
+ private:
+  int64_t n_;
+  std::string format_;
+  void* data_ = nullptr;
+  bool pinned_ = false;
+};
+
 int cuda_device_count() {
 #ifdef CDSGD_WITH_CUDA
   return cdsgd::cuda::device_count();
@@ -323,6 +383,11 @@ PYBIND11_MODULE(_native, m) {
   m.def("set_num_threads", &cdsgd::set_default_threads);
   m.def("get_num_threads", &cdsgd::default_threads);
   m.def("cuda_device_count", &cuda_device_count);
+  m.def("copy", &copy, py::arg("src"), py::arg("dst"));
+  py::class_<HostBuffer>(m, "HostBuffer", py::buffer_protocol())
+      .def(py::init<int64_t, const std::string&>(), py::arg("n"), py::arg("format"))
+      .def_property_readonly("pinned", &HostBuffer::pinned)
+      .def_buffer(&HostBuffer::info);
 #ifdef CDSGD_WITH_CUDA
   m.attr("built_with_cuda") = true;
 #else
