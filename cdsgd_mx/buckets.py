@@ -23,6 +23,16 @@ Trainer; a parameter initialized later gets a set of its own):
 - residual: the quantizer's error-feedback memory (numpy: only the codec touches it);
 - per bucket: sml_buf, the 2-bit codes in MXNet's packed layout.
 The NDArray buffers live on one host context (`ctx`): the first device's when it is a CPU.
+
+Device-resident buckets (`device`, a GPU's context: issue 12; docs/design.md, "Devices"): what
+the step computes with stays on the gradients' device and only what the parameter server
+carries crosses to the host, once per bucket:
+- grad_buf, loc_buf, the residual and sml_buf live on the device (device.DeviceBucket), with
+  dev_comm, the device's copy of g(t) that the round compresses (and sends again if a server
+  drops the round);
+- comm_buf stays on the host: the codes arrive there (0.25 B/value), an fp32 round copies g(t)
+  there, and W is pulled there; dev_weights, on the device, gets W once per bucket, and the
+  parameters get it from there.
 """
 import math
 from dataclasses import dataclass, field
@@ -32,6 +42,7 @@ import mxnet as mx
 import numpy as np
 
 from . import codec, protocol
+from .device import DeviceBucket
 
 DEFAULT_BUCKET_SIZE = 1 << 20  # values (4 MiB of fp32); capped by the big-array bound, see plan()
 
@@ -111,7 +122,7 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
 class BucketSet:
     """Flat buffers of buckets planned together, their views, and the step they are at."""
 
-    def __init__(self, buckets, shapes, outs, compressing, delayed, region=0, ctx=None):
+    def __init__(self, buckets, shapes, outs, compressing, delayed, region=0, ctx=None, device=None, threshold=None):
         self.buckets = buckets
         self.region = region              # proof values after each bucket in comm_buf (0: none)
         self.shapes = shapes              # key -> the parameter's shape
@@ -122,10 +133,14 @@ class BucketSet:
         self.slots = [s for b in buckets for s in b.slots]
         self.t = 0                        # the schedule's step of these buckets
         self.in_flight = None             # the flush after which W(t) is (being) pulled into comm_buf
-        self.grad_buf = mx.nd.zeros((self.size,), ctx=self.ctx)
+        self.device = device              # where the gradients live, for device-resident buckets
+        on = device or self.ctx           # where the step's own buffers live
+        self.grad_buf = mx.nd.zeros((self.size,), ctx=on)
         self.comm_buf = mx.nd.zeros((self.size + region * len(buckets),), ctx=self.ctx)
-        self.loc_buf = mx.nd.zeros((self.size,), ctx=self.ctx) if delayed else None
-        self.residual = np.zeros(self.size, np.float32) if compressing else None
+        self.loc_buf = mx.nd.zeros((self.size,), ctx=on) if delayed else None
+        self.dev_comm = mx.nd.zeros((self.size,), ctx=on) if device else None
+        self.dev_weights = mx.nd.zeros((self.size,), ctx=on) if device else None
+        self.residual = np.zeros(self.size, np.float32) if compressing and not device else None
         for i, b in enumerate(buckets):
             b.grad = self.grad_buf[b.offset:b.offset + b.size]
             b.comm_offset = b.offset + i * region
@@ -137,7 +152,13 @@ class BucketSet:
             b.sealed_for = None  # the round whose proof the regions hold (backends.DistBackend.seal)
             b.loc = None if self.loc_buf is None else self.loc_buf[b.offset:b.offset + b.size]
             b.residual = None if self.residual is None else self.residual[b.offset:b.offset + b.size]
-            b.sml_buf = np.zeros(b.words, np.uint32) if compressing else None
+            b.sml_buf = np.zeros(b.words, np.uint32) if compressing and not device else None
+            b.dev_comm = b.dev_weights = b.device = None
+            if device:
+                b.dev_comm = self.dev_comm[b.offset:b.offset + b.size]
+                b.dev_weights = self.dev_weights[b.offset:b.offset + b.size]
+                if compressing:
+                    b.device = DeviceBucket(b.size, threshold, lambda n, dtype: mx.nd.zeros((n,), ctx=device, dtype=dtype))
         # a whole parameter's slices, shaped like it: what its gradient is bound to, and where
         # its weights are copied from (a parameter cut into pieces is contiguous in grad_buf
         # and loc_buf; in comm_buf only when no region lies between its pieces)
@@ -147,7 +168,9 @@ class BucketSet:
             end = begin + int(np.prod(shape))
             self.grad_views[key] = self.grad_buf[begin:end].reshape(shape)
             pieces = [(b, s) for b in buckets for s in b.slots if s.key == key]
-            if len(pieces) == 1 or region == 0:
+            if device:  # the parameters get W from dev_weights, laid out like grad_buf
+                self._comm_views[key] = self.dev_weights[begin:end].reshape(shape)
+            elif len(pieces) == 1 or region == 0:
                 b, s = pieces[0]
                 start = b.comm_offset + s.offset - b.offset - s.begin
                 self._comm_views[key] = self.comm_buf[start:start + end - begin].reshape(shape)
@@ -183,12 +206,15 @@ class BucketSet:
                 devices[0].copyto(view)
             if len(devices) > 1:  # (one device: nothing more, not even a loop)
                 for g in devices[1:]:  # MXNet refuses arithmetic across contexts (cpu(0), cpu(1) too)
-                    view += g if g.context == self.ctx else g.copyto(self.ctx)
+                    view += g if g.context == view.context else g.copyto(view.context)
 
     def scatter(self, source):
         """The parameters' data on every device = comm_buf ('comm', W) or loc_buf ('loc', x):
         engine copies, ordered after whatever writes the source (a pull, the local update)."""
         views = self._comm_views if source == "comm" else self._loc_views
+        if source == "comm" and self.device:  # W crosses to the device once per bucket
+            for b in self.buckets:
+                b.comm.copyto(b.dev_weights)
         for key, devices in self.outs.items():
             view = views[key]
             for out in devices:
@@ -200,7 +226,11 @@ class BucketSet:
                     view.copyto(out)
 
     def grad_to_comm(self):
-        """comm_buf = g(t), bucket by bucket (the proof regions are written per round)."""
+        """comm_buf = g(t), bucket by bucket (the proof regions are written per round); with
+        device-resident buckets dev_comm = g(t), on the device (the round takes it from there)."""
+        if self.device:
+            self.grad_buf.copyto(self.dev_comm)
+            return
         if self.region == 0:
             self.grad_buf.copyto(self.comm_buf)
             return
@@ -209,11 +239,39 @@ class BucketSet:
 
     def comm_to_loc(self):
         """loc_buf = W(t), the weights pulled into comm_buf."""
-        if self.region == 0:
+        if self.region == 0 and not self.device:
             self.comm_buf.copyto(self.loc_buf)
             return
         for b in self.buckets:
             b.comm.copyto(b.loc)
+
+    # ---- a bucket's round (communication thread), wherever its gradients live ----------------
+    def compress(self, b, threshold):
+        """sml_buf = the 2-bit codes of g(t) + residual, residual -= their value (Algorithm 1's
+        compression). Returns (the codes in host memory, the count of non-finite residuals)."""
+        if b.device:
+            bad = b.device.compress(b.dev_comm)
+            return b.device.host_codes, bad
+        return b.sml_buf, codec.quantize(b.comm, b.residual, b.sml_buf, threshold)
+
+    def fp32_to_comm(self, b):
+        """An fp32 round pushes comm_buf: with device-resident buckets g(t) comes from the device."""
+        if self.device:
+            b.dev_comm.copyto(b.comm)
+
+    def residual_values(self):
+        """The residual (numpy copy), or None when not compressing: checkpoints."""
+        if self.device:
+            parts = [b.device.residual_to_host() for b in self.buckets if b.device]
+            return np.concatenate(parts) if parts else None
+        return None if self.residual is None else self.residual.copy()
+
+    def set_residual(self, values):
+        if self.device:
+            for b in self.buckets:
+                b.device.residual_from_host(values[b.offset:b.offset + b.size])
+        else:
+            self.residual[:] = values
 
     def count_nonfinite(self):
         return codec.count_nonfinite(self.grad_buf)

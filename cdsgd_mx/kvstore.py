@@ -225,9 +225,11 @@ class CDSGD(KVStoreBase):
         # are then bound to grad_buf); a GPU's are copied to the host, where the codec and the
         # proofs run (device-resident buckets: issue 12)
         first = outs[0][0].context
+        device = first if first.device_type != "cpu" or os.environ.get("CDSGD_DEVICE_PATH") == "1" else None
         bset = bucketing.BucketSet(plan, shapes, dict(zip(keys, outs)), self.algorithm in COMPRESSING,
                                    self.algorithm in DELAYED, region=self._backend.region,
-                                   ctx=first if first.device_type == "cpu" else mx.cpu())
+                                   ctx=first if first.device_type == "cpu" else mx.cpu(),
+                                   device=device, threshold=self.threshold)
         # MKL-DNN may keep a parameter in a blocked layout that cannot be sliced: go through
         # numpy copies; only rank 0's values reach the servers (MXNet's init)
         flat = np.empty(bset.size, np.float32)
@@ -368,7 +370,7 @@ class CDSGD(KVStoreBase):
             params[k] = {"shape": bset.shapes[k], "x": bset.outs[k][0].asnumpy(), "global": self.global_weights(k).asnumpy()}
         sets = [{"layout": bset.layout(), "t": bset.t, "in_flight": bset.in_flight is not None,
                  "comm_buf": bset.comm_buf.asnumpy(),
-                 "residual": None if bset.residual is None else bset.residual.copy()} for bset in self._sets]
+                 "residual": bset.residual_values()} for bset in self._sets]
         return pickle.dumps({"config": self._config(), "params": params, "sets": sets, "steps": (self._calls, self._updates),
                              "local": self._local_updater.get_states(dump_optimizer=True) if self._local_updater else None})
 
@@ -477,7 +479,7 @@ class CDSGD(KVStoreBase):
             for b in bset.buckets:
                 b.sealed_for = None  # the saved proof regions are another job's
             if saved["residual"] is not None:
-                bset.residual[:] = saved["residual"]
+                bset.set_residual(saved["residual"])
             bset.in_flight = self._comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
             for k, devices in bset.outs.items():
                 x = mx.nd.array(params[k]["x"])  # this worker's x(t), may differ from W
@@ -667,22 +669,23 @@ class CDSGD(KVStoreBase):
         since MXNet orders a pull after a push of the same key. The finish phase returns the
         check of the servers' counts that came back with the pulls."""
         compressed = self.schedule.compressed(t)
-        keep = not compressed and self.schedule.delayed(t) and bset.region  # see _kept_gradient
+        keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed = 0
         for i, b in enumerate(bset.buckets):
             if compressed:
                 with self.tracer.span("quantize", bucket=i, step=t):
-                    bad = codec.quantize(b.comm, b.residual, b.sml_buf, self.threshold)
+                    codes, bad = bset.compress(b, self.threshold)
                     if bad:
                         raise FloatingPointError("non-finite gradient in bucket %d (parameters %s) at step %d (%d values)"
                                                  % (i, self._names(sorted({s.key for s in b.slots})), t, bad))
-                    codec.wire_encode(b.sml_buf, self._backend.wire_row(b.payload_key))
+                    codec.wire_encode(codes, self._backend.wire_row(b.payload_key))
                 with self.tracer.span("push codes", bucket=i, step=t):
                     self._backend.seal(b)
                     self._backend.push_payload(b.payload_key)
                 pushed += self._payload_bytes(b)
             else:
                 with self.tracer.span("push fp32", bucket=i, step=t):
+                    bset.fp32_to_comm(b)
                     self._backend.seal(b)
                     self._backend.push(b.weight_key, b.comm_wire)
                     if keep:
@@ -721,14 +724,18 @@ class CDSGD(KVStoreBase):
                     self._backend.rounds.get(b.weight_key, 0), i, b.weight_key, t), attempt)
                 self.resent += 1
                 with self.tracer.span("resend", bucket=i, step=t):
-                    self._backend.resend(b, compressed, self._kept_gradient(b, t))
+                    self._backend.resend(b, compressed, self._kept_gradient(bset, b, t))
         return lambda: [self._backend.seal_next(b) for b in bset.buckets]
 
-    def _kept_gradient(self, b, t):
+    def _kept_gradient(self, bset, b, t):
         """Where g(t) of a bucket still is for an fp32 round sent again: in grad_buf for a
         synchronous step (the main thread waits for this round before the next backward), in
         loc_buf for a delayed one (free until the next step's comm_to_loc: _round keeps g(t)
-        there, one copy per delayed fp32 round, since MXNet pulls into the array pushed)."""
+        there, one copy per delayed fp32 round, since MXNet pulls into the array pushed). With
+        device-resident buckets, in dev_comm (nothing is pulled into it; the next step's
+        grad_to_comm waits for this round to be ready)."""
+        if bset.device:
+            return b.dev_comm
         return b.loc if self.schedule.delayed(t) else b.grad
 
     def _payload_bytes(self, b):

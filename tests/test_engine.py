@@ -28,7 +28,7 @@ def launch(tmp, workers, servers, *worker_args, stock_server=False, timeout=120,
                   allow_missing)
 
 
-def start(tmp, workers, servers, *worker_args, stock_server=False, timeout=120):
+def start(tmp, workers, servers, *worker_args, stock_server=False, timeout=120, env=None):
     """Starts a job (launcher, scheduler, servers, engine workers); finish() waits for it, so
     that independent jobs can run side by side."""
     out = tmp / "out"
@@ -36,7 +36,7 @@ def start(tmp, workers, servers, *worker_args, stock_server=False, timeout=120):
     if stock_server:
         cmd.append("--stock-server")
     cmd += ["--", sys.executable, str(WORKER), "--out", str(out), "--config", json.dumps(CFG)] + list(worker_args)
-    env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND=str(BOUND))
+    env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND=str(BOUND), **(env or {}))
     proc = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, out, workers, timeout
 

@@ -160,8 +160,9 @@ def main():
     kv.wait_all()
     xs = [p.data().asnumpy() for p in plist]
     ws = [kv.global_weights(i).asnumpy() for i in range(len(plist))]
+    extra = dict(device_weights(plist, contexts), device_path=np.array(all(s.device is not None for s in kv._sets)))
     save(args.out, kv.rank, xs, ws, kv.bytes_by_step,
-         expected=[kv.push_bytes_of_step(t) for t in sorted(kv.bytes_by_step)], devices=device_weights(plist, contexts))
+         expected=[kv.push_bytes_of_step(t) for t in sorted(kv.bytes_by_step)], devices=extra)
     if cfg.get("trace"):
         trainer.save_trace()
 
