@@ -141,6 +141,7 @@ class BucketSet:
         self.dev_comm = mx.nd.zeros((self.size,), ctx=on) if device else None
         self.dev_weights = mx.nd.zeros((self.size,), ctx=on) if device else None
         self.residual = np.zeros(self.size, np.float32) if compressing and not device else None
+        self._stages = {}                 # extra device -> its staging views (gather)
         for i, b in enumerate(buckets):
             b.grad = self.grad_buf[b.offset:b.offset + b.size]
             b.comm_offset = b.offset + i * region
@@ -205,8 +206,22 @@ class BucketSet:
             if devices[0] is not view:
                 devices[0].copyto(view)
             if len(devices) > 1:  # (one device: nothing more, not even a loop)
-                for g in devices[1:]:  # MXNet refuses arithmetic across contexts (cpu(0), cpu(1) too)
-                    view += g if g.context == view.context else g.copyto(view.context)
+                for d, g in enumerate(devices[1:]):  # MXNet refuses arithmetic across contexts (cpu(0), cpu(1) too)
+                    if g.context != view.context:  # through a buffer made once per extra device
+                        stage = self._staging(d)[key]
+                        g.copyto(stage)
+                        g = stage
+                    view += g
+
+    def _staging(self, d):
+        """Views like grad_views, in a buffer on grad_buf's context where the (d+1)-th extra
+        device's gradients are copied before they are added: made at the first step, reused."""
+        if d not in self._stages:
+            buf = mx.nd.zeros((self.size,), ctx=self.grad_buf.context)
+            begins = {key: min(s.offset for s in self.slots if s.key == key) for key in self.shapes}
+            self._stages[d] = {key: buf[b:b + int(np.prod(self.shapes[key]))].reshape(self.shapes[key])
+                               for key, b in begins.items()}
+        return self._stages[d]
 
     def scatter(self, source):
         """The parameters' data on every device = comm_buf ('comm', W) or loc_buf ('loc', x):

@@ -223,3 +223,22 @@ def test_a_non_finite_gradient_on_another_device_is_caught():
     plist[2].grad(DEVICES[1])[:] = np.nan
     with pytest.raises(FloatingPointError, match="non-finite gradient in parameter p2 at step 0"):
         tr.step(1, ignore_stale_grad=True)
+
+
+def test_the_second_devices_gradients_go_through_a_buffer_made_once():
+    """gather copies another context's gradient into a staging buffer made at the first step
+    and reused (no allocation per parameter and step), then adds it: the stage holds that
+    device's last gradient, and the training still equals the simulation."""
+    plist, tr = two_device_trainer("cdsgd")
+    train(plist, tr, range(2))
+    bset = tr.kvstore._sets[0]
+    first = {key: id(v) for key, v in bset._staging(0).items()}
+    handles = {key: v.handle.value for key, v in bset._staging(0).items()}
+    train(plist, tr, range(2, STEPS))
+    assert {key: id(v) for key, v in bset._stages[0].items()} == first and list(bset._stages) == [0]
+    assert {key: v.handle.value for key, v in bset._stages[0].items()} == handles
+    for i, p in enumerate(plist):
+        np.testing.assert_array_equal(bset._stages[0][i].asnumpy(), p.grad(DEVICES[1]).asnumpy())
+    xs, W = sim("cdsgd", 1)
+    for i, p in enumerate(plist):
+        np.testing.assert_allclose(p.data(DEVICES[1]).asnumpy(), xs[0][i], rtol=1e-5, atol=1e-5)
