@@ -164,9 +164,11 @@ class BucketSet:
         # its weights are copied from (a parameter cut into pieces is contiguous in grad_buf
         # and loc_buf; in comm_buf only when no region lies between its pieces)
         self.grad_views, self._comm_views, self._loc_views = {}, {}, {}
+        self._spans = {}                  # key -> [begin, end) of the parameter in grad_buf's layout
         for key, shape in shapes.items():
             begin = min(s.offset for s in self.slots if s.key == key)
             end = begin + int(np.prod(shape))
+            self._spans[key] = (begin, end)
             self.grad_views[key] = self.grad_buf[begin:end].reshape(shape)
             pieces = [(b, s) for b in buckets for s in b.slots if s.key == key]
             if device:  # the parameters get W from dev_weights, laid out like grad_buf
@@ -218,9 +220,8 @@ class BucketSet:
         device's gradients are copied before they are added: made at the first step, reused."""
         if d not in self._stages:
             buf = mx.nd.zeros((self.size,), ctx=self.grad_buf.context)
-            begins = {key: min(s.offset for s in self.slots if s.key == key) for key in self.shapes}
-            self._stages[d] = {key: buf[b:b + int(np.prod(self.shapes[key]))].reshape(self.shapes[key])
-                               for key, b in begins.items()}
+            self._stages[d] = {key: buf[begin:end].reshape(self.shapes[key])
+                               for key, (begin, end) in self._spans.items()}
         return self._stages[d]
 
     def scatter(self, source):

@@ -221,9 +221,10 @@ class CDSGD(KVStoreBase):
             shapes[k] = tuple(v.shape)
         plan = bucketing.plan([(k, int(np.prod(shapes[k]))) for k in keys], self.bucket_size, self.num_workers,
                               self._backend.num_servers, self._keys, first_state=len(self._slots()))
-        # the buffers live on the first device's context when it is a CPU one (its gradients
-        # are then bound to grad_buf); a GPU's are copied to the host, where the codec and the
-        # proofs run (device-resident buckets: issue 12)
+        # the buffers live on the first device's context (its gradients are then bound to
+        # grad_buf); on a GPU comm_buf, the proofs and the wire stay on the host and the
+        # codec runs on the device (device-resident buckets, buckets.py; CDSGD_DEVICE_PATH=1
+        # takes that path on a CPU context too)
         first = outs[0][0].context
         device = first if first.device_type != "cpu" or os.environ.get("CDSGD_DEVICE_PATH") == "1" else None
         bset = bucketing.BucketSet(plan, shapes, dict(zip(keys, outs)), self.algorithm in COMPRESSING,

@@ -19,19 +19,6 @@ def bits(a):
     return np.asarray(a).view(np.uint32)
 
 
-class NumpyDevice:
-    name = "numpy"
-
-    def zeros(self, n, dtype):
-        return np.zeros(n, dtype)
-
-    def array(self, a):
-        return np.array(a)
-
-    def host(self, x):
-        return np.array(x)
-
-
 class MXNetCPU:
     name = "mxnet-cpu"
 
@@ -66,7 +53,7 @@ class GPUDevice:
         return self.B.host(x)
 
 
-DEVICES = {"numpy": NumpyDevice, "mxnet-cpu": MXNetCPU, "gpu": GPUDevice}
+DEVICES = {"numpy": gpu.HostArrays, "mxnet-cpu": MXNetCPU, "gpu": GPUDevice}
 
 
 def gradients(n, steps, seed):

@@ -30,20 +30,6 @@ from . import gpu
 T = 0.5
 
 
-class HostArrays:
-    """--device cpu: numpy arrays stand in for device memory."""
-    name = "numpy (no GPU)"
-
-    def zeros(self, n, dtype):
-        return np.zeros(n, dtype)
-
-    def array(self, a):
-        return np.array(a)
-
-    def arg(self, x):
-        return x
-
-
 def median_ms(fn, repeats, warmup=3):
     for _ in range(warmup):
         fn()
@@ -104,7 +90,7 @@ def main(argv=None):
     if args.values < 1 or args.repeats < 1:
         sys.exit("bench.device: --values and --repeats must be >= 1")
     if args.device == "cpu":
-        B = HostArrays()
+        B = gpu.HostArrays()
     else:
         if codec.cuda_device_count() == 0:
             sys.exit("bench.device: no CUDA GPU here (or cdsgd_mx built without CUDA); "

@@ -89,6 +89,23 @@ class CuPyGPU:
         self.cupy.cuda.Device().synchronize()
 
 
+class HostArrays:
+    """numpy arrays standing in for device memory: the device layer's steps on the CPU."""
+    name = "numpy (no GPU)"
+
+    def zeros(self, n, dtype):
+        return np.zeros(n, dtype)
+
+    def array(self, a):
+        return np.array(a)
+
+    def arg(self, x):
+        return x
+
+    def host(self, x):
+        return np.array(x)
+
+
 def backend():
     """(adapter, None) for the first framework that can hold arrays on GPU 0, else (None, why)."""
     reasons = []
