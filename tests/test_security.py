@@ -138,10 +138,10 @@ def _start_paused_job(tmp_path, marker, algorithm="cdsgd"):
     return job, go
 
 
-def _launch_paused_job(tmp_path, marker, algorithm):
+def _launch_paused_job(tmp_path, marker, algorithm, launch_args=()):
     go = tmp_path / "go"
     cfg = dict(CFG, pause_at=[4, str(go)])
-    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "150",
+    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "150", *launch_args,
            "--env", "CDSGD_SECURITY_TEST=" + marker, "--", sys.executable, str(WORKER), "--out", str(tmp_path / "out"),
            "--config", json.dumps(cfg), "--algorithm", algorithm, "--steps", str(STEPS), "--warmup", str(WARMUP),
            "--k", str(K), "--threshold", str(T)]
@@ -222,25 +222,30 @@ def _simulated_weights_equal(tmp_path, algorithm):
 
 FOREIGN_PUSHES = [("ssgd", "weights"), ("odsgd", "weights"), ("cdsgd", "weights"), ("bitsgd", "codes"),
                   ("cdsgd", "codes")]
+MXNET_STOP = ("cdsgd", "mxnet-stop")  # MXNet's own stop command, sent to a job with a stall timeout
+STOP_LAUNCH = ("--stall-timeout", "20", "--max-restarts", "1")
 
 
 @pytest.fixture(scope="module")
 def foreign_push_jobs(tmp_path_factory):
-    """One paused job per case of FOREIGN_PUSHES, run side by side; the outsider pushes to each
-    while it is paused. Returns {case: (returncode, output, out dir)}."""
+    """One paused job per case of FOREIGN_PUSHES and MXNET_STOP, run side by side; the outsider
+    pushes to each (or sends MXNet's stop command) while it is paused. Returns {case:
+    (returncode, output, out dir)}."""
     from cdsgd_mx import codec
     n = sum(int(np.prod(s)) for s in SHAPES)  # one bucket on one server: weight key 0, payload key 1
     jobs = {}
     try:
-        for algorithm, target in FOREIGN_PUSHES:
+        for algorithm, target in FOREIGN_PUSHES + [MXNET_STOP]:
             tmp = tmp_path_factory.mktemp("%s-%s" % (algorithm, target))
             marker = "%d-%d-%s-%s" % (os.getpid(), time.time_ns(), algorithm, target)
-            job, go = _launch_paused_job(tmp, marker, algorithm)
+            job, go = _launch_paused_job(tmp, marker, algorithm, STOP_LAUNCH if target == "mxnet-stop" else ())
             jobs[(algorithm, target)] = (job, go, marker, tmp)
         for (algorithm, target), (job, go, marker, tmp) in jobs.items():
             _wait_paused(job, go)
             port = outsider.listening_ports(_server_pid(_job_pids(marker)))[0]
-            if target == "weights":
+            if target == "mxnet-stop":
+                outsider.command(port, outsider.STOP_SERVER, b"")
+            elif target == "weights":
                 outsider.push(port, 0, np.concatenate([np.full(n, 100.0, np.float32),
                                                        np.ones(2 * auth.TAG_FLOATS, np.float32)]))
             else:  # worker 0's row, wire floats (>= 1: a valid code) and a wrong tag
@@ -277,6 +282,21 @@ def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(forei
     assert "sending it again" in out, out[-4000:]
     assert "server 0 exited" not in out and "cdsgd_mx server error" not in out, out[-4000:]
     _simulated_weights_equal(tmp_path, algorithm)  # the outsider's values reached no weight, no step was lost
+
+
+@pytest.mark.slow
+def test_mxnets_stop_command_from_outside_stops_the_job_loudly_and_a_restart_finishes_it(foreign_push_jobs):
+    """MXNet's C++ server ends its loop on command id 2 before any project code sees it (a limit
+    of MXNet's transport): the job must not hang. The workers' heartbeats say they wait for the
+    server, so the launcher stops the job at the stall timeout, naming the server, and with
+    --max-restarts starts it again; it ends rc 0 with the simulation's weights."""
+    job, out, tmp_path = foreign_push_jobs[MXNET_STOP]
+    assert job.returncode == 0, out[-4000:]
+    stall = [line for line in out.splitlines() if line.startswith("launch | stall: ")]
+    assert len(stall) == 1 and "server 0 (stuck inside MXNet?)" in stall[0] and "--stall-timeout 20 s" in stall[0], \
+        out[-4000:]
+    assert "launch | restart 1 of 1: stall: " in out, out[-4000:]
+    _simulated_weights_equal(tmp_path, MXNET_STOP[0])
 
 
 # ---- where the secret comes from --------------------------------------------------------------

@@ -169,9 +169,12 @@ def main():
 
 def pause(go, rank):
     """Say this worker is paused (GO.paused<rank>, with the job's secret for the leak checks,
-    readable by its owner only), then wait until the file GO exists."""
+    readable by its owner only), then wait until the file GO exists. A restarted job (--max-restarts)
+    finds GO there and goes on."""
     import time
     from cdsgd_mx import auth
+    if os.path.exists(go):
+        return
     fd = os.open("%s.paused%d" % (go, rank), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, auth.job_secret())
     os.close(fd)
