@@ -1,0 +1,25 @@
+#!/bin/bash
+# The checks a lent GPU machine runs (issue 12, docs/performance.md "The device part of a
+# compressed round"): build the CUDA kernels, run the CUDA and device-layer tests, then the device
+# benchmark (ResNet-50's 25.6 M values) and the codec's CUDA throughput. That machine has PyTorch
+# and CuPy but no MXNet: the tests that need MXNet skip there, with the reason.
+# Logs and figures go to $OUT (the device tool's folder) or ./gpu-check.
+set -uo pipefail
+out=${OUT:-gpu-check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+echo "== build (CDSGD_CUDA=1)"
+if ! CDSGD_CUDA=1 "$py" setup.py build_ext --inplace > "$out/build.log" 2>&1; then
+    tail -40 "$out/build.log"
+    exit 1
+fi
+nvidia-smi -L 2>/dev/null | tee "$out/gpu.txt"
+echo "== tests"
+"$py" -m pytest -q -rs tests/test_codec_cuda.py tests/test_device.py tests/test_codec.py 2>&1 | tee "$out/pytest.log"
+tests=$?
+echo "== device part of a compressed round (25.6 M values)"
+"$py" -m cdsgd_mx.bench.device --values 25600000 --repeats 50 --json "$out/device.json" 2>&1 | tee "$out/device.txt"
+echo "== codec throughput on the GPU"
+"$py" -m cdsgd_mx.bench.codec --device cuda --sizes 1e6,1e7,1e8 2>&1 | tee "$out/codec-cuda.txt"
+exit $tests
