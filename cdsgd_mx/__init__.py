@@ -6,18 +6,30 @@
 """
 import importlib.util as _importlib_util
 import os as _os
+import sys as _sys
 
 __version__ = "0.1.0"
+
+
+_WITHOUT_MXNET = ("cdsgd_mx.launch", "cdsgd_mx._node")  # entry points that only start processes
 
 
 def _register_kvstore():
     """`import cdsgd_mx; mx.kv.create('cdsgd')` must give the plugin, not MXNet's plain store
     of that name (which trains every worker alone and exits 0). Not on a server or scheduler
-    (importing MXNet there starts MXNet's own server loop; cdsgd_mx.server runs ours), and not
-    without MXNet (the codec works alone)."""
-    if _os.environ.get("DMLC_ROLE") in ("server", "scheduler") or _importlib_util.find_spec("mxnet") is None:
+    (importing MXNet there starts MXNet's own server loop; cdsgd_mx.server runs ours), not
+    without MXNet (the codec works alone), and not in the launcher, which never trains
+    (importing MXNet costs it 2 s of CPU at every start)."""
+    if _os.environ.get("DMLC_ROLE") in ("server", "scheduler") or _entry_point() in _WITHOUT_MXNET \
+            or _importlib_util.find_spec("mxnet") is None:
         return
     from . import kvstore  # noqa: F401  (KVStoreBase.register runs on import)
+
+
+def _entry_point():
+    """The module this process was started with (`python -m NAME`), else None."""
+    argv = getattr(_sys, "orig_argv", None) or []
+    return argv[argv.index("-m") + 1] if "-m" in argv[:-1] else None
 
 
 _register_kvstore()

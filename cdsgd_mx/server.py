@@ -487,6 +487,8 @@ def run_node():
     role = os.environ.get("DMLC_ROLE", "")
     if role not in ("server", "scheduler"):
         sys.exit("python -m cdsgd_mx.server runs a scheduler or server: set DMLC_ROLE=server|scheduler (got %r)" % role)
+    if role == "scheduler":
+        return run_scheduler()
     os.environ["DMLC_ROLE"] = "worker"  # importing mxnet as a server would start the stock loop
     import mxnet as mx
     from mxnet.base import _LIB, check_call
@@ -507,6 +509,31 @@ def run_node():
     if os.environ.get("CDSGD_PROOF_STATS") and state.proof_rounds:  # python -m cdsgd_mx.bench.comm asks
         print("PROOF_STATS %s" % json.dumps({"rounds": state.proof_rounds, "seconds": state.proof_seconds,
                                              "cpu_seconds": state.proof_cpu_seconds}), flush=True)
+
+
+def run_scheduler():
+    """The scheduler only runs ps-lite's node loop: it loads MXNet's library without importing
+    the mxnet package (whose import costs about 2 s of CPU at every job's start)."""
+    import ctypes
+    import importlib.util
+    path = os.path.join(os.path.dirname(importlib.util.find_spec("mxnet").origin), "libmxnet.so")
+    if os.path.exists(path):
+        lib = ctypes.CDLL(path, ctypes.RTLD_LOCAL)
+    else:  # a build that keeps its library elsewhere: let the package find it
+        os.environ["DMLC_ROLE"] = "worker"  # importing mxnet as a scheduler would start the stock loop
+        from mxnet.base import _LIB as lib
+        os.environ["DMLC_ROLE"] = "scheduler"
+    lib.MXGetLastError.restype = ctypes.c_char_p
+
+    def check(rc):
+        if rc != 0:
+            sys.exit("cdsgd_mx scheduler: %s" % lib.MXGetLastError().decode("utf-8", "replace"))
+    heartbeat.start()
+    handle = ctypes.c_void_p()
+    check(lib.MXKVStoreCreate(b"dist", ctypes.byref(handle)))
+    heartbeat.set_phase("train")
+    ctrl = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(lambda head, body, _: None)
+    check(lib.MXKVStoreRunServer(handle, ctrl, None))  # a scheduler never calls the controller
 
 
 def serve_if_not_worker():

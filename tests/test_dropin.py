@@ -16,10 +16,21 @@ def test_importing_the_package_registers_the_kvstore(tmp_path):
     script = tmp_path / "create.py"
     script.write_text("import cdsgd_mx, mxnet as mx\nkv = mx.kv.create('cdsgd')\n"
                       "print('CREATED', type(kv).__name__, kv.type, kv.num_workers, flush=True)\n")
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")  # every process lists what it imports
     proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "60", "--",
-                           sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=90)
+                           sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.count("CREATED CDSGD cdsgd_dist_sync 2") == 2, proc.stdout[-2000:]
+    # the scheduler runs ps-lite from MXNet's library without the mxnet package (2 s of CPU less
+    # at every job's start); the workers do import it
+    imports = {}
+    for line in (proc.stdout + proc.stderr).splitlines():
+        node, sep, rest = line.partition(" | import time:")
+        if sep:
+            imports.setdefault(node, []).append(rest.rsplit("|", 1)[-1].strip())
+    assert "mxnet" in imports["worker 0"] and "mxnet" in imports["server 0"], sorted(imports)
+    assert "cdsgd_mx.heartbeat" in imports["scheduler"], imports["scheduler"][-20:]
+    assert not [m for m in imports["scheduler"] if m == "mxnet" or m.startswith("mxnet.")], "the scheduler imported MXNet"
 
 
 def test_the_package_imports_on_a_server_without_starting_mxnets_server():
@@ -27,6 +38,17 @@ def test_the_package_imports_on_a_server_without_starting_mxnets_server():
     proc = subprocess.run([sys.executable, "-c", "import sys, cdsgd_mx; print('mxnet' in sys.modules)"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stdout + proc.stderr
+
+
+def test_the_launcher_starts_without_importing_mxnet():
+    """The launcher only starts processes: it must not pay MXNet's import (about 2 s of CPU at
+    every job's start), while `import cdsgd_mx` in a worker still registers the plugin (above)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "cdsgd_mx.launch", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "cdsgd_mx.watchdog" in imported, proc.stderr[-2000:]  # the launcher's own modules are listed
+    assert not [m for m in imported if m == "mxnet" or m.startswith("mxnet.")], "the launcher imported MXNet"
 
 
 @pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
