@@ -108,6 +108,27 @@ def decode_sum(wire, out, threshold, threads=None):
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
 
 
+def decode_sgd(wire, weight, mom, n, threshold, runs, momentum, rescale_grad, clip_gradient=None, threads=None):
+    """The server's fused decode and SGD step of a bucket (one pass, the gradient never stored):
+    g = what decode_sum(wire, g, threshold) would hold for the first n values; then, for each
+    run (begin, end, lr, wd) of parameters, MXNet's sgd_mom_update(weight, g, mom, momentum,
+    lr, wd, rescale_grad, clip_gradient) in place, or sgd_update when mom is None. Bit for bit
+    what decode_sum followed by MXNet's own kernels gives, with lr, wd, momentum, rescale_grad
+    and clip_gradient rounded to float32 as MXNet's kernels receive them. Values outside every
+    run are left as they are. Raises ValueError on a corrupt payload, before anything changes.
+    CPU only."""
+    t = _threshold(threshold)
+    rows, stride = (wire.shape[0], wire.shape[1]) if wire.ndim == 2 else (1, 0)
+    clip = -1.0 if clip_gradient is None else float(np.float32(clip_gradient))
+    f32 = lambda v: float(np.float32(v))
+    runs = [(int(b), int(e), f32(lr), f32(wd)) for b, e, lr, wd in runs]
+    bad = _native.decode_sgd(_array(wire, False), rows, stride, _array(weight, True),
+                             None if mom is None else _array(mom, True), int(n), t, runs, f32(momentum),
+                             f32(rescale_grad), clip, _threads(threads))
+    if bad:
+        raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
+
+
 def tags_match(x, starts, macs):
     """Whether x (float32) holds at each of `starts` the proof tag (auth.tag) of the matching
     16-byte MAC in macs (bytes, the MACs back to back): one call for a round's tags."""

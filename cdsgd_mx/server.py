@@ -358,24 +358,20 @@ class ServerState:
         being views of one flat momentum; other optimizers go through MXNet's Updater parameter
         by parameter. MXNet 1.9.1's multi_sgd_mom_update measured 15x slower than one
         sgd_mom_update over the same values here (docs/performance.md)."""
-        if self.optimizer is None:
-            raise RuntimeError("no optimizer was set on the server (kv.set_optimizer) before key %d was pushed" % wk)
         from mxnet import ndarray as nd
-        from mxnet.optimizer import SGD
         opt = self.optimizer
-        ids = [i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]]
-        if type(opt) is not SGD or weight.dtype != grad.dtype:
+        if not self._plain_sgd(wk, weight, grad.dtype):
+            ids = [i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]]
             slots = self._slot_ranges(wk, weight.size)
             self.updater(ids, self._views(grad, slots), self._views(weight, slots))
             weight.wait_to_read()
             return
-        opt._update_count(ids)  # what SGD's own update does first, for every parameter
-        runs = self._runs(wk, weight.size)
-        ranges = [(b, e) for _, b, e in runs]
+        runs = self._sgd_runs(wk, weight.size)
+        ranges = [(b, e) for b, e, _, _ in runs]
         weights, grads = self._views(weight, ranges), self._views(grad, ranges)
         moms = self._views(self._flat_momentum(wk, weight), ranges) if opt.momentum > 0 else None
-        for r, (first, _, _) in enumerate(runs):
-            kwargs = {"rescale_grad": opt.rescale_grad, "lr": opt._get_lrs([first])[0], "wd": opt._get_wds([first])[0]}
+        for r, (_, _, lr, wd) in enumerate(runs):
+            kwargs = {"rescale_grad": opt.rescale_grad, "lr": lr, "wd": wd}
             if opt.clip_gradient:
                 kwargs["clip_gradient"] = opt.clip_gradient
             if moms is not None:
@@ -383,6 +379,22 @@ class ServerState:
             else:
                 nd.sgd_update(weights[r], grads[r], out=weights[r], **kwargs)
         weight.wait_to_read()
+
+    def _plain_sgd(self, wk, weight, grad_dtype):
+        """Whether the update is MXNet's own SGD kernel (with or without momentum), which the
+        server runs once per run of parameters instead of through the Updater."""
+        if self.optimizer is None:
+            raise RuntimeError("no optimizer was set on the server (kv.set_optimizer) before key %d was pushed" % wk)
+        from mxnet.optimizer import SGD
+        return type(self.optimizer) is SGD and weight.dtype == grad_dtype
+
+    def _sgd_runs(self, wk, size):
+        """What SGD's own update does first for every parameter of the bucket (count the
+        update: learning-rate schedules read it), then the bucket's runs with their rates:
+        [(begin, end, lr, wd)]."""
+        opt = self.optimizer
+        opt._update_count([i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]])
+        return [(b, e, opt._get_lrs([first])[0], opt._get_wds([first])[0]) for first, b, e in self._runs(wk, size)]
 
     def _flat_momentum(self, wk, weight):
         """One momentum array for the bucket; each parameter's state (what checkpoints save
@@ -409,16 +421,26 @@ class ServerState:
             return
         if wk not in self.weights:
             raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
-        if pk not in self._decoded:
-            self._decoded[pk] = nd.zeros((n,), ctx=self.weights[wk].context)
-        decoded = self._decoded[pk]
+        weight = self.weights[wk]
         width = codec.packed_size(n) + (auth.TAG_FLOATS if self.region else 0)  # the codes, then the tag
         if wire.shape[1] != width:
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], width))
-        codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row (tags skipped)
-        self.apply_gradient(wk, self.weights[wk], decoded)  # waits for the update
+        if self._plain_sgd(wk, weight, np.float32):
+            # one native pass: every worker's row decoded and summed chunk by chunk in cache, and
+            # SGD's step taken from it (tags skipped), bit for bit what decode_sum and MXNet's
+            # own kernel give; the decoded gradient is never stored
+            opt = self.optimizer
+            mom = self._flat_momentum(wk, weight) if opt.momentum > 0 else None
+            codec.decode_sgd(wire, weight, mom, n, threshold, self._sgd_runs(wk, n), opt.momentum,
+                             opt.rescale_grad, opt.clip_gradient or None)
+        else:
+            if pk not in self._decoded:
+                self._decoded[pk] = nd.zeros((n,), ctx=weight.context)
+            decoded = self._decoded[pk]
+            codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row (tags skipped)
+            self.apply_gradient(wk, weight, decoded)  # waits for the update
         if self.region:
-            self.count_round(wk, self.weights[wk], n)
+            self.count_round(wk, weight, n)
 
     def proven_rows(self, pk, wk, n, wire, row_ids):
         """Whether every worker pushed exactly its own row, each ending with its valid tag

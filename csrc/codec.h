@@ -43,6 +43,18 @@ int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int 
 int64_t decode_sum(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t stride, float* out, int64_t n,
                    float threshold, int threads);
 
+// The server's fused decode and SGD step of a bucket: the rows' decoded sum (as decode_sum
+// computes it, never stored) is the gradient of MXNet's sgd_mom_update (mom != nullptr) or
+// sgd_update, applied to weight (and mom) in place, run by run: each run of parameters has its
+// own learning rate and weight decay (float32, as MXNet's kernel receives them). Bit for bit
+// what decode_sum followed by MXNet's own update gives. Checks every wire word first: returns
+// the number of invalid ones and changes nothing if there are any, else 0.
+struct SgdRun { int64_t begin, end; float lr, wd; };
+struct SgdHyper { float momentum, rescale, clip; };  // clip < 0: none
+int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t stride, float* weight,
+                   float* mom, int64_t n, float threshold, const SgdRun* runs, int64_t nruns, const SgdHyper& h,
+                   int threads);
+
 // Number of NaN/Inf values among x[0..n).
 int64_t count_nonfinite(const float* x, int64_t n, int threads);
 

@@ -141,7 +141,23 @@ void wire_encode_range(const uint32_t* packed, uint32_t* wire, int64_t begin, in
   }
 }
 
+// Half a word: 8 base-3 digits (v < 3^8) -> their 8 codes in the low 16 bits of the packed
+// layout (value j of the half at shift_of(j); the high half is the same shifted by 16).
+struct HalfWordTable {
+  uint16_t codes[6561];
+  HalfWordTable() {
+    for (uint32_t v = 0; v < 6561; ++v) {
+      uint32_t x = v, half = 0;
+      for (int j = 0; j < 8; ++j, x /= 3) half |= ((3u * (x % 3)) & 3u) << shift_of(j);  // 1 -> 11, 2 -> 10
+      codes[v] = static_cast<uint16_t>(half);
+    }
+  }
+};
+const HalfWordTable kHalfWord;
+
 // Inverse of wire_encode_range; an out-of-range value (corrupt payload) decodes to 0 and counts.
+// v = hi * 3^8 + lo; hi = v / 6561 by one multiply (exact for every v < 3^16, checked
+// exhaustively), then one table lookup per half.
 CDSGD_CLONES
 int64_t wire_decode_range(const uint32_t* wire, uint32_t* packed, int64_t begin, int64_t end) {
   int64_t invalid = 0;
@@ -150,14 +166,9 @@ int64_t wire_decode_range(const uint32_t* wire, uint32_t* packed, int64_t begin,
     const bool bad = v >= kWireLimit;
     invalid += bad;
     v = bad ? 0u : v;
-    uint32_t word = 0;
-    for (int j = 0; j < kValuesPerWord; ++j) {
-      const uint32_t q = static_cast<uint32_t>((uint64_t{v} * 0xAAAAAAABull) >> 33);  // v / 3
-      const uint32_t d = v - 3u * q;
-      v = q;
-      word |= ((3u * d) & 3u) << shift_of(j);  // 1 -> 11, 2 -> 10, 0 -> 00
-    }
-    packed[w] = word;
+    const uint32_t hi = static_cast<uint32_t>((uint64_t{v} * 20947867ull) >> 37);
+    const uint32_t lo = v - 6561u * hi;
+    packed[w] = kHalfWord.codes[lo] | (uint32_t{kHalfWord.codes[hi]} << 16);
   }
   return invalid;
 }
@@ -170,6 +181,49 @@ int64_t count_nonfinite_range(const float* x, int64_t begin, int64_t end) {
     std::memcpy(&bits, x + i, 4);
     bad += (bits & 0x7f800000u) == 0x7f800000u;
   }
+  return bad;
+}
+
+// MXNet 1.9.1's sgd_mom_update / sgd_update kernels (optimizer_op-inl.h), element for element:
+// the same float32 operations in the same order (no FMA contraction: -ffp-contract=off), so a
+// fused update equals decode_sum followed by MXNet's own update bit for bit.
+inline float clip_like_mxnet(float x, float bound) {
+  return x > bound ? bound : (x < -bound ? -bound : x);  // NaN passes, as mshadow_op::clip
+}
+
+CDSGD_CLONES
+void sgd_range(const float* g, float* w, float* mom, int64_t count, const SgdHyper& h, float lr, float wd) {
+  const float lrwd = lr * wd;
+  if (mom != nullptr) {
+    if (h.clip >= 0.0f) {
+      for (int64_t i = 0; i < count; ++i) {
+        const float m = h.momentum * mom[i] - lrwd * w[i] - lr * clip_like_mxnet(h.rescale * g[i], h.clip);
+        mom[i] = m;
+        w[i] = w[i] + m;
+      }
+    } else {
+      const float lr_rescale = lr * h.rescale;
+      for (int64_t i = 0; i < count; ++i) {
+        const float m = h.momentum * mom[i] - lrwd * w[i] - lr_rescale * g[i];
+        mom[i] = m;
+        w[i] = w[i] + m;
+      }
+    }
+  } else {
+    const float keep = 1.0f - lrwd;
+    if (h.clip >= 0.0f) {
+      for (int64_t i = 0; i < count; ++i) w[i] = keep * w[i] - lr * clip_like_mxnet(h.rescale * g[i], h.clip);
+    } else {
+      const float lr_rescale = lr * h.rescale;
+      for (int64_t i = 0; i < count; ++i) w[i] = keep * w[i] - lr_rescale * g[i];
+    }
+  }
+}
+
+CDSGD_CLONES
+int64_t count_invalid_words(const uint32_t* wire, int64_t nwords) {
+  int64_t bad = 0;
+  for (int64_t w = 0; w < nwords; ++w) bad += (wire[w] - kWireBias) >= kWireLimit;
   return bad;
 }
 
@@ -232,6 +286,38 @@ int64_t decode_sum(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t s
     invalid += bad;
   });
   return invalid.load();
+}
+
+int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t stride, float* weight,
+                   float* mom, int64_t n, float threshold, const SgdRun* runs, int64_t nruns, const SgdHyper& h,
+                   int threads) {
+  // Every row is checked before any weight changes: a corrupt payload leaves the state as it was.
+  int64_t invalid = 0;
+  for (int64_t r = 0; r < rows; ++r) invalid += count_invalid_words(wire + r * stride, nwords);
+  if (invalid) return invalid;
+  // Per chunk: the rows' sum is decoded into L1 exactly as decode_sum does, then each run of
+  // parameters overlapping the chunk takes its SGD step from it (runs sorted, disjoint).
+  parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {
+    alignas(64) uint32_t packed[kChunk / kValuesPerWord];
+    alignas(64) float g[kChunk];
+    int64_t first = std::upper_bound(runs, runs + nruns, b, [](int64_t v, const SgdRun& r) { return v < r.end; }) - runs;
+    for (int64_t c0 = b; c0 < e; c0 += kChunk) {
+      const int64_t m = std::min(kChunk, e - c0), c1 = c0 + m;
+      const int64_t w0 = c0 / kValuesPerWord, nw = packed_words(m);
+      if (rows == 0) std::fill(g, g + m, 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        wire_decode_range(wire + r * stride + w0, packed, 0, nw);
+        dequantize_range(reinterpret_cast<const uint8_t*>(packed), g, 0, m, threshold, r > 0);
+      }
+      while (first < nruns && runs[first].end <= c0) ++first;
+      for (int64_t k = first; k < nruns && runs[k].begin < c1; ++k) {
+        const int64_t lo = std::max(c0, runs[k].begin), hi = std::min(c1, runs[k].end);
+        if (lo < hi)
+          sgd_range(g + (lo - c0), weight + lo, mom == nullptr ? nullptr : mom + lo, hi - lo, h, runs[k].lr, runs[k].wd);
+      }
+    }
+  });
+  return 0;
 }
 
 int64_t count_nonfinite(const float* x, int64_t n, int threads) {

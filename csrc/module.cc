@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "codec.h"
@@ -246,6 +247,50 @@ int64_t decode_sum(py::handle wire, int64_t rows, py::handle out, float threshol
   return cdsgd::decode_sum(wp, rows, words, stride, op, o.size, threshold, threads);
 }
 
+int64_t decode_sgd(py::handle wire, int64_t rows, int64_t stride, py::handle weight, py::handle mom, int64_t n,
+                   float threshold, const std::vector<std::tuple<int64_t, int64_t, float, float>>& runs,
+                   float momentum, float rescale, float clip, int threads) {
+  check_threshold(threshold);
+  View w = view("wire", kWord32, wire, false), wt = view("weight", kFloat32, weight, true);
+  View m;
+  const bool has_mom = !mom.is_none();
+  if (has_mom) m = view("mom", kFloat32, mom, true);
+  const int64_t words = cdsgd::packed_words(n);
+  if (n < 0 || n > wt.size)
+    throw py::value_error("n must be in [0, weight.size = " + std::to_string(wt.size) + "], got " + std::to_string(n));
+  if (has_mom && m.size < n)
+    throw py::value_error("mom has " + std::to_string(m.size) + " elements, fewer than n = " + std::to_string(n));
+  if (rows < 0) throw py::value_error("rows must be >= 0, got " + std::to_string(rows));
+  if (stride == 0) stride = words;
+  if (stride < words)
+    throw py::value_error("stride must be >= ceil(n / 16) = " + std::to_string(words) + ", got " + std::to_string(stride));
+  check_size("wire", w, rows * stride, "rows * stride");
+  check_no_overlap("wire", w, w.size * 4, "weight", wt, n * 4);
+  if (has_mom) {
+    check_no_overlap("wire", w, w.size * 4, "mom", m, n * 4);
+    check_no_overlap("weight", wt, n * 4, "mom", m, n * 4);
+  }
+  if (w.gpu || wt.gpu || (has_mom && m.gpu))
+    throw py::value_error("decode_sgd runs on the CPU (the server's side); got GPU arrays");
+  std::vector<cdsgd::SgdRun> rs;
+  int64_t last = 0;
+  for (const auto& r : runs) {
+    const int64_t b = std::get<0>(r), e = std::get<1>(r);
+    if (b < last || e < b || e > n)
+      throw py::value_error("runs must be sorted, disjoint ranges inside [0, n = " + std::to_string(n) + "), got [" +
+                            std::to_string(b) + ", " + std::to_string(e) + ")");
+    rs.push_back({b, e, std::get<2>(r), std::get<3>(r)});
+    last = e;
+  }
+  const cdsgd::SgdHyper h{momentum, rescale, clip};
+  auto* wp = static_cast<const uint32_t*>(w.data);
+  auto* wtp = static_cast<float*>(wt.data);
+  auto* mp = has_mom ? static_cast<float*>(m.data) : nullptr;
+  py::gil_scoped_release nogil;
+  return cdsgd::decode_sgd(wp, rows, words, stride, wtp, mp, n, threshold, rs.data(),
+                           static_cast<int64_t>(rs.size()), h, threads);
+}
+
 // Proof tags (auth.py): a 128-bit MAC travels as eight float32 values, each one of its
 // big-endian 16-bit halves. True when x[starts[j] + i] holds the i-th half of the j-th MAC in
 // `macs` for every j and i. Every value is compared (no early exit): the time does not say
@@ -377,6 +422,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("wire_decode", &wire_decode, py::arg("wire"), py::arg("packed"), py::arg("threads") = 0);
   m.def("decode_sum", &decode_sum, py::arg("wire"), py::arg("rows"), py::arg("out"), py::arg("threshold"),
         py::arg("threads") = 0, py::arg("stride") = 0);
+  m.def("decode_sgd", &decode_sgd, py::arg("wire"), py::arg("rows"), py::arg("stride"), py::arg("weight"),
+        py::arg("mom"), py::arg("n"), py::arg("threshold"), py::arg("runs"), py::arg("momentum"),
+        py::arg("rescale"), py::arg("clip"), py::arg("threads") = 0);
   m.def("tags_match", &tags_match, py::arg("x"), py::arg("starts"), py::arg("macs"));
   m.def("set_value", &set_value, py::arg("x"), py::arg("index"), py::arg("value"));
   m.def("count_nonfinite", &count_nonfinite, py::arg("x"), py::arg("threads") = 0);

@@ -411,3 +411,96 @@ def test_a_bad_threshold_with_an_ndarray_is_a_value_error(threshold):
         codec.quantize(grad, np.zeros(8, np.float32), np.zeros(1, np.uint32), threshold)
     with pytest.raises(ValueError, match="threshold must be a finite number > 0"):
         codec.dequantize(np.zeros(1, np.uint32), mx.nd.zeros((8,)), threshold)
+
+
+def test_wire_decode_of_every_possible_word():
+    """All 3^16 valid wire values: decode (hi/lo halves through a table) then encode (Horner
+    over the digits, a separate algorithm) gives each value back; a sample against the
+    reference's digit-by-digit decode."""
+    v = np.arange(3 ** 16, dtype=np.uint32)
+    wire = (v + np.uint32(0x3F800000)).view(np.float32)
+    packed = np.zeros(v.size, np.uint32)
+    codec.wire_decode(wire, packed, threads=2)
+    back = np.zeros(v.size, np.float32)
+    codec.wire_encode(packed, back, threads=2)
+    np.testing.assert_array_equal(bits(back), bits(wire))
+    sample = np.random.RandomState(0).randint(0, 3 ** 16, 100000)
+    want, invalid = ref.wire_decode(wire[sample])
+    assert invalid == 0
+    np.testing.assert_array_equal(packed[sample], want)
+
+
+def mxnet_sgd_after_decode_sum(wire, w, mom, n, runs, momentum, rescale, clip):
+    """The reference of decode_sgd: decode_sum, then MXNet's own kernels run by run."""
+    mx = pytest.importorskip("mxnet")
+    g = np.zeros(n, np.float32)
+    codec.decode_sum(wire, g, T)
+    W, G = mx.nd.array(w), mx.nd.array(g)
+    M = mx.nd.array(mom) if mom is not None else None
+    for b, e, lr, wd in runs:
+        kw = dict(lr=lr, wd=wd, rescale_grad=rescale)
+        if clip is not None:
+            kw["clip_gradient"] = clip
+        if M is not None:
+            mx.nd.sgd_mom_update(W[b:e], G[b:e], M[b:e], out=W[b:e], momentum=momentum, **kw)
+        else:
+            mx.nd.sgd_update(W[b:e], G[b:e], out=W[b:e], **kw)
+    return W.asnumpy(), (M.asnumpy() if M is not None else None)
+
+
+@pytest.mark.parametrize("n,cuts", [(17, []), (4097, [100, 4096]), (70001, [3, 4095, 4097, 40000, 69990]),
+                                    ((1 << 18) + 4096 + 17, [5000, (1 << 18) - 1, (1 << 18) + 1])])
+@pytest.mark.parametrize("momentum,clip", [(0.9, None), (0.9, 0.02), (0.0, None), (0.0, 0.05)])
+def test_decode_sgd_is_decode_sum_then_mxnet_sgd_bit_for_bit(n, cuts, momentum, clip):
+    """The server's fused payload update: runs with their own rates (one with a gap before it,
+    left alone), rows followed by proof tags, values after n (the proof region) untouched."""
+    rng = np.random.RandomState(n + len(cuts))
+    rows, words = 3, codec.packed_size(n)
+    wire = np.full((rows, words + 8), np.nan, np.float32)  # tags after the codes: skipped
+    for r in range(rows):
+        packed, _ = ref.quantize(rng.normal(0, 1, n).astype(np.float32), np.zeros(n, np.float32), T)
+        wire[r, :words] = ref.wire_encode(packed)
+    bounds = [0] + cuts + [n]
+    runs = [(b + (3 if i == 1 else 0), e, float(rng.choice([0.01, 0.1, 0.37])), float(rng.choice([0.0, 1e-4, 5e-4])))
+            for i, (b, e) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    w0 = rng.normal(0, 1, n + 8).astype(np.float32)
+    m0 = rng.normal(0, 0.1, n + 8).astype(np.float32) if momentum else None
+    want_w, want_m = mxnet_sgd_after_decode_sum(wire, w0, m0, n, runs, momentum, 1 / 32, clip)
+    for threads in (1, 2):
+        w, m = w0.copy(), (m0.copy() if m0 is not None else None)
+        codec.decode_sgd(wire, w, m, n, T, runs, momentum, 1 / 32, clip, threads=threads)
+        np.testing.assert_array_equal(bits(w), bits(want_w))
+        if m is not None:
+            np.testing.assert_array_equal(bits(m), bits(want_m))
+        np.testing.assert_array_equal(bits(w[n:]), bits(w0[n:]))
+    if len(runs) > 1:  # the gap before the second run kept its values
+        b = runs[1][0]
+        np.testing.assert_array_equal(bits(w[b - 3:b]), bits(w0[b - 3:b]))
+
+
+def test_decode_sgd_on_ndarrays_writes_their_memory():
+    mx = pytest.importorskip("mxnet")
+    n = 5000
+    packed, _ = ref.quantize(np.linspace(-2, 2, n).astype(np.float32), np.zeros(n, np.float32), T)
+    wire = ref.wire_encode(packed)[None, :]
+    w0, m0 = np.linspace(1, 2, n).astype(np.float32), np.zeros(n, np.float32)
+    want_w, want_m = mxnet_sgd_after_decode_sum(wire, w0, m0, n, [(0, n, 0.1, 1e-4)], 0.9, 1.0, None)
+    W, M = mx.nd.array(w0), mx.nd.array(m0)
+    codec.decode_sgd(wire, W, M, n, T, [(0, n, 0.1, 1e-4)], 0.9, 1.0)
+    np.testing.assert_array_equal(bits(W.asnumpy()), bits(want_w))
+    np.testing.assert_array_equal(bits(M.asnumpy()), bits(want_m))
+
+
+def test_decode_sgd_refuses_a_corrupt_payload_before_changing_anything():
+    n = 100
+    wire = np.stack([ref.wire_encode(ref.quantize(np.ones(n, np.float32), np.zeros(n, np.float32), T)[0])] * 2)
+    wire[1, 6] = np.float32(80.0)  # past 3^16 above the bias
+    w, m = np.ones(n, np.float32), np.ones(n, np.float32)
+    with pytest.raises(ValueError, match="1 of its words are not valid ternary16 codes"):
+        codec.decode_sgd(wire, w, m, n, T, [(0, n, 0.1, 0.0)], 0.9, 1.0)
+    np.testing.assert_array_equal(w, np.ones(n, np.float32))
+    np.testing.assert_array_equal(m, np.ones(n, np.float32))
+    with pytest.raises(ValueError, match="runs must be sorted, disjoint ranges"):
+        codec.decode_sgd(wire[:1], w, m, n, T, [(50, n, 0.1, 0.0), (0, 50, 0.1, 0.0)], 0.9, 1.0)
+    with pytest.raises(ValueError, match="mom has 10 elements, fewer than n = 100"):
+        codec.decode_sgd(wire[:1], w, m[:10], n, T, [(0, n, 0.1, 0.0)], 0.9, 1.0)
