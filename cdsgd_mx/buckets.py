@@ -262,13 +262,15 @@ class BucketSet:
             b.comm.copyto(b.loc)
 
     # ---- a bucket's round (communication thread), wherever its gradients live ----------------
-    def compress(self, b, threshold):
+    def compress(self, b, threshold, from_grad=False):
         """sml_buf = the 2-bit codes of g(t) + residual, residual -= their value (Algorithm 1's
-        compression). Returns (the codes in host memory, the count of non-finite residuals)."""
+        compression), g(t) taken from comm_buf, or from grad_buf itself with from_grad (a
+        synchronous step: nothing writes grad_buf before its round is ready). Returns (the
+        codes in host memory, the count of non-finite residuals)."""
         if b.device:
             bad = b.device.compress(b.dev_comm)
             return b.device.host_codes, bad
-        return b.sml_buf, codec.quantize(b.comm, b.residual, b.sml_buf, threshold)
+        return b.sml_buf, codec.quantize(b.grad if from_grad else b.comm, b.residual, b.sml_buf, threshold)
 
     def fp32_to_comm(self, b):
         """An fp32 round pushes comm_buf: with device-resident buckets g(t) comes from the device."""

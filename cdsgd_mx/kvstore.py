@@ -642,7 +642,9 @@ class CDSGD(KVStoreBase):
         if bset.in_flight is not None:  # cannot happen with the schedules above; kept safe
             self._comm.wait(bset.in_flight)
             bset.in_flight = None
-        bset.grad_to_comm()  # pushing grad_buf itself would let MXNet pull into it
+        if not (self.schedule.compressed(t) and not bset.device):
+            bset.grad_to_comm()  # pushing grad_buf itself would let MXNet pull into it
+        # (a compressed round of host buckets quantizes grad_buf itself: one copy less)
         self._comm.submit(lambda: self._round(bset, t), "step %d" % t)
         self._sync_sets.append(bset)
         if not self.driven_by_trainer:
@@ -675,7 +677,7 @@ class CDSGD(KVStoreBase):
         for i, b in enumerate(bset.buckets):
             if compressed:
                 with self.tracer.span("quantize", bucket=i, step=t):
-                    codes, bad = bset.compress(b, self.threshold)
+                    codes, bad = bset.compress(b, self.threshold, from_grad=not self.schedule.delayed(t))
                     if bad:
                         raise FloatingPointError("non-finite gradient in bucket %d (parameters %s) at step %d (%d values)"
                                                  % (i, self._names(sorted({s.key for s in b.slots})), t, bad))

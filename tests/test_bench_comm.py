@@ -38,6 +38,27 @@ def test_one_round_of_stock_and_ours_side_by_side(tmp_path):
     assert low <= bits <= low + 4 * buckets
 
 
+def test_paired_mode_alternates_fp32_and_2bit_rounds_in_one_job(tmp_path):
+    """--systems paired: S-SGD's and BIT-SGD's rounds taking turns in one job (the ratio without
+    the job-to-job spread); half the rounds push fp32 and half push codes."""
+    out = tmp_path / "paired.json"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
+                           "--rounds", "4", "--systems", "paired", "--bucket-size", "20000", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    p = json.loads(out.read_text())["runs"][0]["systems"]["paired"]
+    assert p["ssgd_ms"] > 0 and p["bitsgd_ms"] > 0 and p["ratio"] == pytest.approx(p["bitsgd_ms"] / p["ssgd_ms"])
+    assert "lenet5 none paired in one job (4 rounds of each): ssgd %.1f ms, bitsgd %.1f ms, bitsgd/ssgd %.2f" % (
+        p["ssgd_ms"], p["bitsgd_ms"], p["ratio"]) in proc.stdout
+    values = sum(int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null")
+    sizes = [int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null"]
+    buckets = len(plan(list(enumerate(sizes)), 20000, 2, 1, protocol.Keys(1)))
+    proof = 4 * auth.TAG_FLOATS
+    fp32 = 4 * values + 2 * proof * buckets
+    low = 4 * codec.packed_size(values) + (8 + proof) * buckets
+    assert (fp32 + low) / 2 <= p["bytes_per_round"] <= (fp32 + low + 4 * buckets) / 2
+
+
 @pytest.mark.parametrize("args,message", [
     (["--models", "lenet9"], "--models: unknown 'lenet9' (allowed: "),
     (["--systems", "ssgd,fastest"], "--systems: unknown 'fastest'"),

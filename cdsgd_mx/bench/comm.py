@@ -20,6 +20,11 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
   cdsgd       cdsgd_mx.Trainer, k=5, no warm-up; its step returns before its communication ends
               (the next step waits for it), so this is the mean time per step over --rounds
               back-to-back steps, waited to the end once (take --rounds a multiple of k)
+  paired      (not in the default list) S-SGD's and BIT-SGD's rounds alternating in one job: a
+              BIT-SGD Trainer whose even rounds push fp32 (the same push and pull as ssgd's), so
+              both are timed under the same processes, placement and load; --rounds of each.
+              Printed under the table: both medians and their ratio, the worker with the larger
+              ratio. Separate jobs differ by up to 30% in speed on a shared machine; this does not
   fp32 bound  W * (4 B pushed + 4 B pulled) * values / link rate: what the wire alone needs
   2bit bound  W * (0.25 B pushed + 4 B pulled) * values / link rate (no bound for `none`)
   a/b         ratio of the two systems' times (< 1: a is faster)
@@ -37,7 +42,9 @@ import time
 from ..launch import RATE_RE, netns_prelude, netns_unavailable
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd"]
+EXTRA_SYSTEMS = ["paired"]   # asked for by name; printed under the table
 OURS = ("ssgd", "bitsgd", "cdsgd")
+OUR_JOBS = OURS + ("paired",)  # jobs on the project's server
 BATCH = 32            # only rescales the gradients (rescale_grad = 1/batch)
 WARMUP_ROUNDS = 4     # untimed rounds first: registration, buffers, connections
 OPTIMIZER = {"learning_rate": 0.01, "momentum": 0.9}
@@ -76,7 +83,7 @@ def model_info(name):
 
 # -- worker: one job's rounds ---------------------------------------------------------------
 def worker(args):
-    if args.system in OURS:
+    if args.system in OUR_JOBS:
         from cdsgd_mx.server import serve_if_not_worker
         serve_if_not_worker()
     import mxnet as mx
@@ -106,8 +113,11 @@ def worker(args):
         else:
             import cdsgd_mx
             extra = {"bucket_size": args.bucket_size} if args.bucket_size else {}
+            algorithm = "bitsgd" if args.system == "paired" else args.system
             trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync",
-                                       algorithm=args.system, warmup_steps=0, k=5, **extra)
+                                       algorithm=algorithm, warmup_steps=0, k=5, **extra)
+            if args.system == "paired":
+                trainer.kvstore.schedule = AlternatingSchedule()
         for p, g in zip(params, grads):
             p.grad()[:] = g  # once: a step leaves the gradients as they are
 
@@ -115,13 +125,25 @@ def worker(args):
             trainer.step(BATCH, ignore_stale_grad=True)
             mx.nd.waitall()
 
-    pushed = lambda: trainer.kvstore.bytes_pushed if args.system in OURS else 0
+    pushed = lambda: trainer.kvstore.bytes_pushed if args.system in OUR_JOBS else 0
     for _ in range(WARMUP_ROUNDS):
         one_round()
     if args.system == "cdsgd":
         trainer.kvstore.wait_all()
         mx.nd.waitall()
     b0, times = pushed(), []
+    if args.system == "paired":  # WARMUP_ROUNDS is even: the timed rounds start with an fp32 one
+        kinds = {False: [], True: []}
+        for t in range(2 * args.rounds):
+            t0 = time.perf_counter()
+            one_round()
+            kinds[t % 2 == 1].append(1e3 * (time.perf_counter() - t0))
+        ssgd_ms, bitsgd_ms = statistics.median(kinds[False]), statistics.median(kinds[True])
+        rank = trainer._kvstore.rank
+        print("RESULT " + json.dumps({"rank": rank, "ms": bitsgd_ms, "ssgd_ms": ssgd_ms, "bitsgd_ms": bitsgd_ms,
+                                      "ratio": bitsgd_ms / ssgd_ms, "bytes_per_round": (pushed() - b0) / (2 * args.rounds)}),
+              flush=True)
+        return
     if args.system == "cdsgd":  # delayed: back-to-back steps, waited once at the end
         t0 = time.perf_counter()
         for _ in range(args.rounds):
@@ -139,6 +161,22 @@ def worker(args):
     print("RESULT " + json.dumps({"rank": rank, "ms": ms, "round_ms": times,
                                   "bytes_per_round": (pushed() - b0) / args.rounds if args.system in OURS else None}),
           flush=True)
+
+
+class AlternatingSchedule:
+    """BIT-SGD's schedule with every even step pushed fp32: S-SGD's round and BIT-SGD's round
+    taking turns in one job (both synchronous: no delay, no warm-up)."""
+    def compressed(self, t):
+        return t % 2 == 1
+
+    def delayed(self, t):
+        return False
+
+    def in_warmup(self, t):
+        return False
+
+    def phase(self, t):
+        return "compressed" if self.compressed(t) else "fp32"
 
 
 # -- leader: jobs, table, JSON --------------------------------------------------------------
@@ -185,9 +223,11 @@ def run_job(args, model, link, system):
     found = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
     if proc.returncode != 0 or len(found) < args.workers:
         return {"error": failure_reason(proc)}
-    worst = max(found, key=lambda r: r["ms"])
+    worst = max(found, key=lambda r: r.get("ratio", r["ms"]))
     result = {"ms": worst["ms"], "workers": sorted(found, key=lambda r: r["rank"]),
               "bytes_per_round": worst["bytes_per_round"]}
+    if "ratio" in worst:  # paired: the worker with the larger ratio
+        result.update({k: worst[k] for k in ("ssgd_ms", "bitsgd_ms", "ratio", "rank")})
     proofs = [json.loads(l.split("PROOF_STATS ", 1)[1]) for l in proc.stdout.splitlines() if "PROOF_STATS " in l]
     if proofs:  # the servers' proof checks, per round of one bucket, measured in the job itself
         result["server_proof_us"] = 1e6 * sum(p["seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
@@ -335,6 +375,13 @@ def print_table(args, infos, results):
                     if s in res and res[s].get("bytes_per_round") is not None]
             if sent:
                 notes.append("%s %s pushed per round per worker: %s" % (model, link, ", ".join(sent)))
+            p = res.get("paired")
+            if p and "ratio" in p:
+                notes.append("%s %s paired in one job (%d rounds of each): ssgd %.1f ms, bitsgd %.1f ms, "
+                             "bitsgd/ssgd %.2f (worker rank %d)" % (model, link, args.rounds, p["ssgd_ms"],
+                                                                    p["bitsgd_ms"], p["ratio"], p["rank"]))
+            elif p and "error" in p:
+                notes.append("%s %s paired failed: %s" % (model, link, p["error"]))
     full = [r for r in rows if len(r) == len(head)]
     widths = [max([len(h)] + [len(r[i]) for r in full]) for i, h in enumerate(head)]
     print("\nms per communication round, %d workers, %d server(s), %d timed rounds (cdsgd: mean per "
@@ -408,7 +455,7 @@ def main(argv=None):
         sys.exit(2)
 
     from ..models import INPUT_SHAPES
-    for opt, allowed in (("models", list(INPUT_SHAPES)), ("systems", SYSTEMS)):
+    for opt, allowed in (("models", list(INPUT_SHAPES)), ("systems", SYSTEMS + EXTRA_SYSTEMS)):
         values = [v for v in getattr(args, opt).split(",") if v]
         bad = [v for v in values if v not in allowed]
         if bad or not values:
