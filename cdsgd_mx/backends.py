@@ -56,6 +56,19 @@ def dropped(rank, what, attempt):
 _command_numbers = itertools.count(1)  # per process, as the servers' count of the job's commands
 
 
+def _engine_order(reads, writes):
+    """Queue an engine op that does nothing, reading `reads` and writing `writes` (NDArrays): MXNet
+    then runs every later op on `writes` after every earlier op on both."""
+    import ctypes
+    from mxnet.base import _LIB, check_call, NDArrayHandle
+    from . import _native
+    handles = lambda arrays: (NDArrayHandle * len(arrays))(*[a.handle for a in arrays])
+    cpu = (ctypes.c_int32 * 2)(1, 0)  # mxnet::Context{kCPU, 0}: the op runs on a CPU worker
+    check_call(_LIB.MXEnginePushSyncND(ctypes.c_void_p(_native.engine_noop_address()), None, None, cpu,
+                                       handles(reads), len(reads), handles(writes), len(writes),
+                                       None, 0, ctypes.c_char_p(b"cdsgd_order")))
+
+
 class DistBackend:
     def __init__(self, store):
         """store: 'dist_sync', or a dist_sync KVStore the script already made (one per process)."""
@@ -73,6 +86,7 @@ class DistBackend:
         self.acks = {}      # payload key -> row_sparse array an empty pull writes (see request_acks)
         self.staging = {}   # payload key -> dense [N, words]: this worker's codes in its own row
         self.rows = {}      # payload key -> this worker's row of its staging array
+        self.wires = {}     # weight key -> its bucket's comm_wire (what every push and pull of the key uses)
         self.codes = {}     # payload key -> the codes' part of that row (then the proof)
         self.payloads = {}  # payload key -> the row_sparse array pushed (made once, refilled)
         self.no_rows = mx.nd.array([], dtype="int64")
@@ -175,10 +189,18 @@ class DistBackend:
         checkpoint restore): push data and proof, pull, check (again while a server drops it);
         returns the stored data."""
         data = np.asarray(data, np.float32).reshape(-1)
+        via = self.wires.get(key)
         for attempt in range(MAX_RESENDS + 1):
-            wire = mx.nd.array(np.concatenate([data, self.proof(key, data.size, "fp32")]))
-            self.kv.push(key, wire)
-            back = mx.nd.zeros(wire.shape)
+            wire = np.concatenate([data, self.proof(key, data.size, "fp32")])
+            if via is not None:
+                # a bucket's weight key goes through its own comm_wire: MXNet pulls a key into the
+                # array last pushed to it, so every later pull of W lands there with no copy
+                # (a compressed round never pushes the weight key)
+                via._sync_copyfrom(wire)
+                send = back = via
+            else:
+                send, back = mx.nd.array(wire), mx.nd.zeros(wire.shape)
+            self.kv.push(key, send)
             self.kv.pull(key, out=back)  # ordered after this worker's push of the same key
             with heartbeat.waiting("a round of key %d (start-up, vote or restore)" % key):
                 values = back.asnumpy()
@@ -221,6 +243,8 @@ class DistBackend:
         payload key decodes into which weight, then run the registration round: a zero push
         to every weight key, which the server only records (a payload update needs it)."""
         self.command(_registration(buckets, threshold, compressing))
+        for b in buckets:
+            self.wires[b.weight_key] = b.comm_wire
         if not compressing:
             return
         for b in buckets:
@@ -329,6 +353,23 @@ class DistBackend:
         for k in payload_keys:
             self.acks[k].wait_to_read()
 
+    def trace_ack(self, tracer, key, start_us, **args):
+        tracer.watch("wait push", self.acks[key], start_us, **args)
+
+    def pull_after_acks(self, pulls):
+        """pulls: [(payload key, weight key, out)]. Pull each W into out once this worker's
+        latest push to the payload key is acknowledged (request_acks first), without waiting
+        here: an engine op that does nothing (native, no Python on the engine's thread) reads
+        the acknowledgement array and writes out, and MXNet orders the pull of the weight key
+        after it, since it pulls into out itself (the array every push of the key comes from,
+        see round_trip)."""
+        for pk, wk, out in pulls:
+            if self.wires.get(wk) is out:
+                _engine_order(reads=[self.acks[pk]], writes=[out])
+            else:  # out is not where MXNet pulls the key into: wait here
+                self.wait_acks([pk])
+            self.kv.pull(wk, out=out)
+
     def pull(self, key, out):
         self.kv.pull(key, out=out)
 
@@ -419,6 +460,13 @@ class LocalBackend:
 
     def wait_acks(self, payload_keys):
         pass
+
+    def pull_after_acks(self, pulls):
+        for _, wk, out in pulls:
+            self.pull(wk, out)
+
+    def trace_ack(self, tracer, key, start_us, **args):
+        pass  # applied at once, in process
 
     def pull(self, key, out):
         self.store[key].copyto(out)

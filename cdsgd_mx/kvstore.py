@@ -700,17 +700,14 @@ class CDSGD(KVStoreBase):
             self._pull(bset, t)
             return lambda: (lambda: self._check(bset, t))  # nothing left to finish; check at the flush
         # a pull of the weight key is not ordered after a push to the payload key: request the
-        # acknowledgements now, wait for them and pull at the flush
-        payload_keys = [b.payload_key for b in bset.buckets]
-        self._backend.request_acks(payload_keys)
-
-        def finish():
-            with self.tracer.span("wait push", step=t), \
-                    heartbeat.waiting("the servers' acknowledgements of step %d (%d buckets)" % (t, len(payload_keys))):
-                self._backend.wait_acks(payload_keys)
-            self._pull(bset, t)
-            return lambda: self._check(bset, t)
-        return finish
+        # acknowledgements, and have MXNet's engine issue each pull once its acknowledgement is in
+        start = self.tracer.now_us()
+        self._backend.request_acks([b.payload_key for b in bset.buckets])
+        for b in bset.buckets:  # traced: when the servers had applied each payload
+            self._backend.trace_ack(self.tracer, b.payload_key, start, step=t)
+        self._backend.pull_after_acks([(b.payload_key, b.weight_key, b.comm_wire) for b in bset.buckets])
+        self.tracer.watch("pull", bset.comm_buf, start, step=t)
+        return lambda: (lambda: self._check(bset, t))
 
     def _check(self, bset, t):
         """Communication thread, after the flush's pulls are issued and before the main thread

@@ -412,6 +412,11 @@ int cuda_device_count() {
 
 }  // namespace
 
+// An engine operation that does nothing: pushed through MXNet's MXEnginePushSyncND with the
+// arrays it should order (its reads and writes), it chains one engine op after another without
+// a Python callback on the engine's thread.
+extern "C" void engine_noop(void*, void*) {}
+
 PYBIND11_MODULE(_native, m) {
   m.doc() = "cdsgd_mx native codec kernels (use cdsgd_mx.codec, which checks and converts arrays)";
   m.def("quantize_2bit", &quantize, py::arg("grad"), py::arg("residual"), py::arg("packed"),
@@ -428,6 +433,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("tags_match", &tags_match, py::arg("x"), py::arg("starts"), py::arg("macs"));
   m.def("set_value", &set_value, py::arg("x"), py::arg("index"), py::arg("value"));
   m.def("count_nonfinite", &count_nonfinite, py::arg("x"), py::arg("threads") = 0);
+  m.def("engine_noop_address", []() { return reinterpret_cast<uintptr_t>(&engine_noop); });
   m.def("set_num_threads", &cdsgd::set_default_threads);
   m.def("get_num_threads", &cdsgd::default_threads);
   m.def("cuda_device_count", &cuda_device_count);
