@@ -50,6 +50,10 @@ def finish(job, allow_missing=False):
         proc.kill()
         raise
     assert proc.returncode == 0, stdout[-3000:] + stderr[-2000:]
+    # nothing reaches these servers from outside the job: a round the check took for dropped
+    # (its pull came back before the server's update, e.g. a pull not ordered after the
+    # acknowledgement of a payload push) would be sent again and say so
+    assert "the server dropped" not in stdout + stderr, (stdout + stderr)[-3000:]
     if allow_missing:
         return None
     return [dict(np.load(out / ("rank%d.npz" % r))) for r in range(workers)]
