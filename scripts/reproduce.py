@@ -67,7 +67,7 @@ EXPERIMENTS = {
     "fig10": {
         "kind": "speed", "config": "configs/fig10_speedup.yaml", "title": "Speedup over BIT-SGD",
         "quick": {"models": ["inception_bn"], "batches": [32], "bandwidths": ["1gbit", "10gbit"], "workers": 2,
-                  "iterations": 12, "warmup": 2},
+                  "iterations": 40, "warmup": 2},  # interleaved: 4 cycles of 2k timed steps
         # CD-SGD's speedup ratios as the text lists them per panel (section 4.4), K80 and V100
         "paper": {"K80, batch 32": "0%, 43%, 33%, 32%", "V100, batch 32": "24%, 43%, 39%, 44%",
                   "V100, batch 64": "28%, 35%, 71%, 89%", "V100, batch 128": "3%, 45%, 2%, 89%"},
@@ -287,7 +287,9 @@ def table_ksweep(exp, results, quick, data, note):
 
 # ---- speed: fig10 -----------------------------------------------------------------------------
 
-SPEED_FIELDS = ("models", "batches", "bandwidths", "workers", "servers", "iterations", "warmup", "k", "threshold")
+SPEED_FIELDS = ("models", "batches", "bandwidths", "workers", "servers", "iterations", "warmup", "k", "threshold",
+                "timing")
+TIMINGS = ("interleaved", "separate")
 
 
 def load_speed_config(path, quick, workers=None):
@@ -322,6 +324,7 @@ def load_speed_config(path, quick, workers=None):
         ("warmup", ints([cfg["warmup"]], 0), "an integer >= 0"),
         ("k", ints([cfg["k"]], 1), "an integer >= 1"),
         ("threshold", _is_num(cfg["threshold"]) and cfg["threshold"] > 0, "a number > 0"),
+        ("timing", cfg["timing"] in TIMINGS, "one of " + ", ".join(TIMINGS)),
     ]
     for field, ok, allowed in checks:
         if not ok:
@@ -330,8 +333,9 @@ def load_speed_config(path, quick, workers=None):
 
 
 def run_speed(cfg, out_dir, iterations):
-    """One bench.overlap job set per (model, batch, bandwidth): the four algorithms plus the
-    communication-only rounds that calibrate phi and psi + delta."""
+    """One bench.overlap run per (model, batch, bandwidth): the four algorithms plus the
+    communication-only rounds that calibrate phi and psi + delta, all in one job taking turns
+    (timing: interleaved) or one job each (separate)."""
     cases = []
     total = len(cfg["models"]) * len(cfg["batches"]) * len(cfg["bandwidths"])
     for model in cfg["models"]:
@@ -343,7 +347,7 @@ def run_speed(cfg, out_dir, iterations):
                        "--batch", str(batch), "--bandwidth", bw, "--workers", str(cfg["workers"]),
                        "--servers", str(cfg["servers"]), "--iterations", str(iterations or cfg["iterations"]),
                        "--warmup", str(cfg["warmup"]), "--k", str(cfg["k"]), "--threshold", str(cfg["threshold"]),
-                       "--compute-iterations", "3"]
+                       "--compute-iterations", "3"] + (["--interleaved"] if cfg["timing"] == "interleaved" else [])
                 log = os.path.join(out_dir, "logs", "%s-b%d-%s.jsonl" % (model, batch, bw))
                 if REPLOT:
                     if not os.path.exists(log):
@@ -373,7 +377,11 @@ def summarize_case(model, batch, bandwidth, rows, k):
     costs = timemodel.calibrate(tau, comm["phi_ms"], comm["psi_plus_delta_ms"])
     predicted = timemodel.predict(costs, k)
     measured = {a: runs[a]["iter_ms"] for a in ALGORITHMS if a in runs}
-    return {"model": model, "batch": batch, "bandwidth": bandwidth, "params": next(iter(runs.values()))["params"],
+    # interleaved: the same speedup cycle by cycle (each cycle ran every algorithm once)
+    cycles = {a: r["cycle_iter_ms"] for a, r in runs.items() if "cycle_iter_ms" in r}
+    per_cycle = {a: [b / t - 1 for b, t in zip(cycles["bitsgd"], ts)] for a, ts in cycles.items() if a != "bitsgd"}
+    return {"per_cycle_speedup_over_bitsgd": per_cycle, "timing": "interleaved" if cycles else "separate",
+            "model": model, "batch": batch, "bandwidth": bandwidth, "params": next(iter(runs.values()))["params"],
             "tau_ms": tau, "phi_ms": comm["phi_ms"], "psi_plus_delta_ms": comm["psi_plus_delta_ms"],
             "measured_ms": measured, "predicted_ms": predicted,
             "speedup_over_bitsgd": {a: measured["bitsgd"] / t - 1 for a, t in measured.items() if a != "bitsgd"}}
@@ -430,6 +438,17 @@ def table_speed(exp, cases, quick, workers):
         lines.append("| %s | %d | %s | %+.0f%% | %+.0f%% | %+.0f%% | %.1f |" % (
             c["model"], c["batch"], c["bandwidth"], 100 * s["ssgd"], 100 * s["odsgd"], 100 * s["cdsgd"],
             c["measured_ms"]["bitsgd"]))
+    cycled = [c for c in cases if c.get("per_cycle_speedup_over_bitsgd")]
+    if cycled:
+        lines += ["", "Timed in one job per case, the algorithms taking turns in blocks (bench.overlap "
+                  "--interleaved): every algorithm ran on the same processes, cycle after cycle. Cycle by cycle:", "",
+                  "| model | batch | link | CD-SGD over BIT-SGD | CD-SGD over S-SGD |", "|---|---|---|---|---|"]
+        for c in cycled:
+            pc = c["per_cycle_speedup_over_bitsgd"]
+            over_ssgd = [(1 + cd) / (1 + ss) - 1 for cd, ss in zip(pc["cdsgd"], pc["ssgd"])]
+            lines.append("| %s | %d | %s | %s | %s |" % (c["model"], c["batch"], c["bandwidth"],
+                                                        ", ".join("%+.0f%%" % (100 * v) for v in pc["cdsgd"]),
+                                                        ", ".join("%+.0f%%" % (100 * v) for v in over_ssgd)))
     lines += ["", "Paper (CD-SGD over BIT-SGD, as the text lists them per panel, models in the figure's order): "
               + "; ".join("%s: %s" % kv for kv in exp["paper"].items()) + ".", "",
               "## Time model (eqs. 2-7) against measurement", "",

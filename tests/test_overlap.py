@@ -44,3 +44,43 @@ def test_trace_shows_overlap_for_cdsgd_and_none_for_bitsgd(tmp_path):
             assert len(early) >= len(acked) // 2, "cdsgd: no overlap (%d of %d steps)" % (len(early), len(acked))
         else:
             assert early == [], "bitsgd started steps %s before the previous step was acknowledged" % early
+
+
+def test_interleaved_schedule_runs_each_segment_as_its_algorithm():
+    from cdsgd_mx.bench.overlap import InterleavedSchedule
+    s = InterleavedSchedule(k=3)
+    s.begin(0, "ssgd")
+    s.begin(2, "cdsgd")
+    s.begin(9, "bitsgd")
+    s.begin(10, "odsgd")
+    with pytest.raises(ValueError):
+        InterleavedSchedule(3).compressed(0)  # no segment yet
+    # (compressed, delayed) for steps 0..11; cdsgd corrects at its own offsets 0, 3, 6 (steps 2, 5, 8)
+    got = [(s.compressed(t), s.delayed(t)) for t in range(12)]
+    assert got == [(False, False)] * 2 + [(False, True), (True, True), (True, True)] * 2 \
+        + [(False, True), (True, False), (False, True), (False, True)]
+    assert [s.phase(t) for t in (1, 2, 9, 11)] == ["ssgd", "cdsgd", "bitsgd", "odsgd"]
+    assert not any(s.in_warmup(t) for t in range(12))
+
+
+def test_interleaved_job_runs_every_algorithm_by_its_schedule():
+    """One job, the four algorithms taking turns: what each pushed per timed step proves the
+    switch (fp32 for S-SGD and OD-SGD, codes for BIT-SGD, one correction in k for CD-SGD)."""
+    k = 3
+    cmd = [sys.executable, "-m", "cdsgd_mx.bench.overlap", "--params", "2e5", "--iterations", "12",
+           "--warmup", "2", "--k", str(k), "--compute-iterations", "1", "--interleaved", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    jobs = {r["job"]: r for r in rows if "job" in r}
+    assert sorted(jobs) == ["bitsgd", "cdsgd", "odsgd", "ssgd"] and all(r["interleaved"] for r in jobs.values())
+    fp32 = 4 * jobs["ssgd"]["params"]
+    assert fp32 <= jobs["ssgd"]["bytes_per_step"] < 1.01 * fp32  # + the proofs
+    assert jobs["odsgd"]["bytes_per_step"] == jobs["ssgd"]["bytes_per_step"]
+    assert jobs["bitsgd"]["bytes_per_step"] < fp32 / 15  # 2 bits a value
+    assert jobs["cdsgd"]["bytes_per_step"] == pytest.approx(
+        (jobs["ssgd"]["bytes_per_step"] + (k - 1) * jobs["bitsgd"]["bytes_per_step"]) / k)
+    # 12 timed steps per algorithm in blocks of 2k: 2 cycles, each one time per algorithm
+    assert all(len(r["cycle_iter_ms"]) == 2 and r["iter_ms"] > 0 for r in jobs.values())
+    comm = next(r for r in rows if "phi_ms" in r)
+    assert comm["phi_ms"] > 0 and comm["psi_plus_delta_ms"] > 0

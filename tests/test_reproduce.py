@@ -79,6 +79,24 @@ def test_fig10_case_speedups_and_model_by_hand():
     assert "| alexnet | 32 | 1gbit | 100 | 80 | 20 | 200 / 180 | 150 / 120 | 120 / 100 | 100 / 100 |" in table
 
 
+def test_fig10_interleaved_case_gives_speedups_cycle_by_cycle():
+    rp = _reproduce_module()
+    cycles = {"ssgd": [200.0, 220.0], "bitsgd": [150.0, 150.0], "odsgd": [120.0, 100.0], "cdsgd": [100.0, 120.0]}
+    rows = [{"job": a, "compute_ms": 100.0, "iter_ms": sum(c) / 2, "params": 10, "cycle_iter_ms": c}
+            for a, c in cycles.items()]
+    rows.append({"phi_ms": 80.0, "psi_plus_delta_ms": 20.0, "cdsgd_comm_ms": 32.0})
+    case = rp.summarize_case("alexnet", 32, "1gbit", rows, 5)
+    assert case["timing"] == "interleaved"
+    assert case["per_cycle_speedup_over_bitsgd"]["cdsgd"] == [0.5, 150 / 120 - 1]
+    table = rp.table_speed(rp.EXPERIMENTS["fig10"], [case], True, 2)
+    # over S-SGD: 200/100 - 1 and 220/120 - 1
+    assert "| alexnet | 32 | 1gbit | +50%, +25% | +100%, +83% |" in table
+    plain = [{k: v for k, v in r.items() if k != "cycle_iter_ms"} for r in rows]
+    separate = rp.summarize_case("alexnet", 32, "1gbit", plain, 5)
+    assert separate["timing"] == "separate" and "Cycle by cycle" not in rp.table_speed(
+        rp.EXPERIMENTS["fig10"], [separate], True, 2)
+
+
 def test_table2_epoch_time_is_the_mean_per_epoch():
     rp = _reproduce_module()
     iters = [{"epoch": 0, "iter_ms": 500.0}, {"epoch": 0, "iter_ms": 700.0}, {"epoch": 1, "iter_ms": 800.0}]
@@ -92,6 +110,7 @@ def test_table2_epoch_time_is_the_mean_per_epoch():
     ("bandwidths: [fast]", "bandwidths must be a list of tc rates such as 1gbit"),
     ("threshold: -1", "threshold must be a number > 0"),
     ("warmup: -2", "warmup must be an integer >= 0"),
+    ("timing: paired", "timing must be one of interleaved, separate, got 'paired'"),
 ])
 def test_fig10_config_errors_name_the_field(tmp_path, line, message):
     import yaml

@@ -14,7 +14,16 @@ forward/backward (ssgd: phi, the fp32 round; bitsgd: psi + delta, the 2-bit roun
 communication per step is ((k-1)(psi+delta) + phi)/k (eq. 6 averaged over k steps), and the
 summary checks the issue's goal: CD-SGD within 15% of max(compute, comm) and faster
 than BIT-SGD and S-SGD.
+
+--interleaved: all of it in one job instead (InterleavedSchedule): separate jobs on a machine
+whose cores the workers share differ in compute from job to job by more than what the
+algorithms differ by at fast links; in one job every algorithm runs on the same processes.
+Each cycle measures tau, then fp32 and 2-bit rounds alone taking turns, then each algorithm
+for a block of 1 + 2k steps (the order rotated every cycle); --iterations is then the timed
+steps per algorithm, rounded up to whole cycles of 2k; iter_ms is the median over cycles of
+each block's mean.
 """
+import bisect
 import argparse
 import json
 import os
@@ -23,6 +32,45 @@ import sys
 import time
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
+COMM_ROUNDS = 4  # --interleaved: rounds of each kind alone per cycle (phi, psi + delta)
+
+
+class InterleavedSchedule:
+    """The algorithms taking turns in one job: segments (first step, algorithm), each step t
+    run as its segment's algorithm with no warm-up, a CD-SGD segment's corrections at its own
+    offsets 0, k, 2k, ... Looked up by t, so a round checked after the next segment began
+    still counts as its own step's. The kvstore must be built as cdsgd (every buffer, payload
+    keys on the servers). A block's first step switches (it waits for the last block's round
+    in flight, or starts the delay): the benchmark does not time it."""
+
+    def __init__(self, k):
+        self.k = k
+        self.starts, self.algorithms = [], []
+
+    def begin(self, t, algorithm):
+        """Steps from t on run as `algorithm` (t: the kvstore's next step)."""
+        assert not self.starts or t >= self.starts[-1]
+        self.starts.append(t)
+        self.algorithms.append(algorithm)
+
+    def _segment(self, t):
+        i = bisect.bisect_right(self.starts, t) - 1
+        if i < 0:
+            raise ValueError("step %d comes before the first segment" % t)
+        return self.algorithms[i], t - self.starts[i]
+
+    def compressed(self, t):
+        algorithm, offset = self._segment(t)
+        return algorithm == "bitsgd" or (algorithm == "cdsgd" and offset % self.k != 0)
+
+    def delayed(self, t):
+        return self._segment(t)[0] in ("odsgd", "cdsgd")
+
+    def in_warmup(self, t):
+        return False
+
+    def phase(self, t):
+        return self._segment(t)[0]
 
 
 def mlp(params, in_units=512):
@@ -55,9 +103,12 @@ def worker(args):
     net.initialize(mx.init.Xavier())
     net(mx.nd.zeros((1,) + shape))  # deferred shapes known before the trainer sees the parameters
     net.hybridize()
-    trace = os.path.join(args.trace_dir, "%s.json" % args.algorithm) if args.trace_dir else "/dev/null"
+    name = "interleaved" if args.interleaved else args.algorithm
+    trace = os.path.join(args.trace_dir, "%s.json" % name) if args.trace_dir else "/dev/null"
+    # interleaved: built as cdsgd (every buffer), the schedule says what each step runs
     trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9},
-                               algorithm=args.algorithm, k=args.k, warmup_steps=args.warmup,
+                               algorithm="cdsgd" if args.interleaved else args.algorithm, k=args.k,
+                               warmup_steps=0 if args.interleaved else args.warmup,
                                threshold=args.threshold, trace=trace)
     kv = trainer.kvstore
     x = mx.nd.array(np.random.RandomState(kv.rank).randn(args.batch, *shape).astype(np.float32))
@@ -71,6 +122,8 @@ def worker(args):
             loss.backward()
         return loss
 
+    if args.interleaved:
+        return interleaved(args, net, trainer, fwd_bwd)
     # tau: forward/backward alone, each waited to its end
     fwd_bwd(-1)
     mx.nd.waitall()
@@ -110,34 +163,140 @@ def worker(args):
             "bytes_per_step": kv.bytes_pushed / args.iterations}), flush=True)
 
 
-def leader(args):
+def interleaved(args, net, trainer, fwd_bwd):
+    """Worker of --interleaved: cycles of tau, the rounds alone, and the four algorithms."""
+    import mxnet as mx
+    import numpy as np
+    kv = trainer.kvstore
+    schedule = kv.schedule = InterleavedSchedule(args.k)
+    trained = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    algorithms = args.algorithms.split(",")
+    block = 1 + 2 * args.k  # timed: the last 2k steps (two of CD-SGD's corrections waited)
+    cycles = -(-args.iterations // (block - 1))
+
+    def run_block(algorithm, steps, stamps=None):
+        schedule.begin(kv.steps_done, algorithm)
+        first = kv.steps_done
+        for i in range(steps):
+            loss = fwd_bwd(kv.steps_done)
+            trainer.step(args.batch)
+            loss.wait_to_read()  # as a training loop that logs its loss does (see below)
+            if stamps is not None:
+                stamps.append(time.perf_counter())
+        return first
+
+    def comm_round(algorithm):
+        schedule.begin(kv.steps_done, algorithm)
+        t0 = time.perf_counter()
+        trainer.step(args.batch, ignore_stale_grad=True)
+        mx.nd.waitall()
+        return 1e3 * (time.perf_counter() - t0)
+
+    for algorithm in algorithms:  # untimed: every path once (first calls, allocations)
+        run_block(algorithm, max(2, args.warmup))
+    tau, comm = [], {"ssgd": [], "bitsgd": []}
+    per_cycle = []
+    steps_of = {a: [] for a in algorithms}
+    for c in range(cycles):
+        trainer.wait_all()  # nothing in flight while compute is timed alone
+        for _ in range(args.compute_iterations):
+            t0 = time.perf_counter()
+            fwd_bwd(-1)
+            mx.nd.waitall()
+            tau.append(1e3 * (time.perf_counter() - t0))
+        for p in trained:  # the rounds alone push zeros (no forward/backward)
+            p.zero_grad()
+        for r in range(2 * COMM_ROUNDS):
+            kind = ("ssgd", "bitsgd")[r % 2]
+            comm[kind].append(comm_round(kind))
+        times = {}
+        for algorithm in algorithms[c % len(algorithms):] + algorithms[:c % len(algorithms)]:
+            stamps = []
+            first = run_block(algorithm, block, stamps)
+            times[algorithm] = 1e3 * (stamps[-1] - stamps[0]) / (block - 1)
+            steps_of[algorithm] += range(first + 1, first + block)  # the timed steps
+        per_cycle.append(times)
+    trainer.wait_all()
+    if kv.rank == 0:
+        if args.trace_dir:
+            trainer.save_trace()
+        import statistics
+        print("RESULT " + json.dumps({
+            "interleaved": True, "model": args.model, "batch": args.batch, "workers": kv.num_workers,
+            "params": sum(int(np.prod(p.shape)) for p in net.collect_params().values()),
+            "cycles": cycles, "block": block, "tau_ms": statistics.mean(tau),
+            "phi_ms": statistics.median(comm["ssgd"]), "psi_plus_delta_ms": statistics.median(comm["bitsgd"]),
+            # the median over cycles: a cycle that another process slowed moves it least
+            "iter_ms": {a: statistics.median(t[a] for t in per_cycle) for a in algorithms},
+            "cycle_iter_ms": per_cycle,
+            "bytes_per_step": {a: sum(kv.bytes_by_step[t] for t in steps) / len(steps)
+                               for a, steps in steps_of.items()}}), flush=True)
+
+
+def launch_cmd(args, alg, extra):
+    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(args.workers), "-s", str(args.servers),
+           "--timeout", str(args.timeout)]
+    if args.bandwidth:
+        cmd += ["--bandwidth", args.bandwidth]
+    cmd += ["--", sys.executable, "-m", "cdsgd_mx.bench.overlap", "--worker", "--algorithm", alg] + extra
+    for name in ("model", "params", "iterations", "batch", "k", "warmup", "threshold", "compute_iterations",
+                 "algorithms"):
+        cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    return cmd
+
+
+def run_job(cmd, name):
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [l for l in proc.stdout.splitlines() if "RESULT " in l]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-2000:])
+        sys.exit("bench.overlap: the %s job failed (exit code %d)" % (name, proc.returncode))
+    return json.loads(lines[0].split("RESULT ", 1)[1])
+
+
+def interleaved_results(args):
+    """One job: per algorithm a row as separate jobs give (compute_ms: the job's tau), and
+    the rounds alone."""
+    if not args.json:
+        print("running the four algorithms in one job ...", flush=True)
+    extra = ["--trace-dir", os.path.abspath(args.trace_dir)] if args.trace_dir else []
+    r = run_job(launch_cmd(args, "cdsgd", ["--interleaved"] + extra), "interleaved")
+    results = {}
+    for alg, ms in r["iter_ms"].items():
+        results[alg] = {"algorithm": alg, "model": r["model"], "batch": r["batch"], "workers": r["workers"],
+                        "params": r["params"], "compute_ms": r["tau_ms"], "iter_ms": ms,
+                        "bytes_per_step": r["bytes_per_step"][alg],
+                        "cycle_iter_ms": [c[alg] for c in r["cycle_iter_ms"]]}
+        if args.json:
+            print(json.dumps(dict(results[alg], job=alg, interleaved=True, bandwidth=args.bandwidth or "loopback")),
+                  flush=True)
+    return results, r["phi_ms"], r["psi_plus_delta_ms"], r
+
+
+def separate_results(args):
+    """One job per algorithm, and one per kind of round alone."""
     results = {}
     jobs = [(a, False) for a in args.algorithms.split(",")] + [("ssgd", True), ("bitsgd", True)]
     for alg, comm_only in jobs:
-        cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(args.workers), "-s", str(args.servers),
-               "--timeout", str(args.timeout)]
-        if args.bandwidth:
-            cmd += ["--bandwidth", args.bandwidth]
-        cmd += ["--", sys.executable, "-m", "cdsgd_mx.bench.overlap", "--worker", "--algorithm", alg]
-        if comm_only:
-            cmd.append("--comm-only")
-        for name in ("model", "params", "iterations", "batch", "k", "warmup", "threshold", "compute_iterations"):
-            cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+        extra = ["--comm-only"] if comm_only else []
         if args.trace_dir and not comm_only:
-            cmd += ["--trace-dir", os.path.abspath(args.trace_dir)]
+            extra += ["--trace-dir", os.path.abspath(args.trace_dir)]
         name = alg + (" (communication only)" if comm_only else "")
         if not args.json:
             print("running %s ..." % name, flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [l for l in proc.stdout.splitlines() if "RESULT " in l]
-        if proc.returncode != 0 or not lines:
-            sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-2000:])
-            sys.exit("bench.overlap: the %s job failed (exit code %d)" % (alg, proc.returncode))
         key = alg + ("_comm" if comm_only else "")
-        results[key] = json.loads(lines[0].split("RESULT ", 1)[1])
+        results[key] = run_job(launch_cmd(args, alg, extra), name)
         if args.json:
             print(json.dumps(dict(results[key], job=key, bandwidth=args.bandwidth or "loopback")), flush=True)
-    phi, psi = results.pop("ssgd_comm")["iter_ms"], results.pop("bitsgd_comm")["iter_ms"]
+    return results
+
+
+def leader(args):
+    if args.interleaved:
+        results, phi, psi, job = interleaved_results(args)
+    else:
+        results = separate_results(args)
+        phi, psi = results.pop("ssgd_comm")["iter_ms"], results.pop("bitsgd_comm")["iter_ms"]
     comm_cd = ((args.k - 1) * psi + phi) / args.k  # the paper's eq. 6 averaged over k steps
     if args.json:
         print(json.dumps({"phi_ms": phi, "psi_plus_delta_ms": psi, "cdsgd_comm_ms": comm_cd}), flush=True)
@@ -161,6 +320,12 @@ def leader(args):
         for other in ("bitsgd", "ssgd"):
             if other in results:
                 print("cdsgd / %s iteration time = %.2f (goal < 1)" % (other, cd["iter_ms"] / results[other]["iter_ms"]))
+                if args.interleaved:
+                    print("    per cycle: %s" % ", ".join("%.2f" % (a / b) for a, b in zip(
+                        cd["cycle_iter_ms"], results[other]["cycle_iter_ms"])))
+    if args.interleaved:
+        print("timed in one job: %d cycles, each algorithm a block of %d steps per cycle (the first not timed)"
+              % (job["cycles"], job["block"]))
     return results
 
 
@@ -181,8 +346,11 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threshold", type=float, default=0.5)
     ap.add_argument("--timeout", type=float, default=900)
-    ap.add_argument("--trace-dir", default=None, help="write each algorithm's rank-0 chrome trace here")
+    ap.add_argument("--trace-dir", default=None, help="write each algorithm's rank-0 chrome trace here "
+                    "(--interleaved: one, interleaved.json)")
     ap.add_argument("--comm-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--interleaved", action="store_true", help="all algorithms and rounds in one job, "
+                    "taking turns in blocks (--iterations: timed steps per algorithm)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     args.params = int(args.params)
@@ -195,7 +363,7 @@ def main(argv=None):
     for name in ("workers", "servers", "params", "iterations", "batch", "k"):
         if getattr(args, name) < 1:
             ap.error("--%s must be >= 1" % name)
-    if args.iterations <= args.warmup + 4:
+    if not args.interleaved and args.iterations <= args.warmup + 4:
         ap.error("--iterations must exceed --warmup by at least 5")
     if args.worker:
         worker(args)
