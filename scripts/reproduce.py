@@ -407,11 +407,12 @@ def plot_speed(cases, out_dir):
             bars = ax.bar(x + (i - 1) * 0.27, vals, 0.27, label=LABELS[alg])
             ax.bar_label(bars, fmt="%+.0f%%", fontsize=8)
         ax.axhline(0, color="k", linewidth=0.8)
+        ax.margins(y=0.25)  # room for the bar labels above the legend
         ax.set_xticks(x)
         ax.set_xticklabels([c["model"] for c in sel])
         ax.set(ylabel="speedup over BIT-SGD (%)", title="batch %d per worker, %s link" % (batch, bw))
         ax.grid(alpha=0.3, axis="y")
-        ax.legend()
+        ax.legend(fontsize=8)
     p1 = save_figure(plt, fig, out_dir, "fig10.png")
     fig, ax = plt.subplots(figsize=(5, 5))
     top = 0
