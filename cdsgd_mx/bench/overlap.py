@@ -180,7 +180,7 @@ def interleaved(args, net, trainer, fwd_bwd):
         for i in range(steps):
             loss = fwd_bwd(kv.steps_done)
             trainer.step(args.batch)
-            loss.wait_to_read()  # as a training loop that logs its loss does (see below)
+            loss.wait_to_read()  # as a training loop that logs its loss does (as in worker())
             if stamps is not None:
                 stamps.append(time.perf_counter())
         return first
