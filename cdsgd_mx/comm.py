@@ -1,20 +1,20 @@
 """The communication thread: runs each parameter's round (quantize, push, pull) in order, in
 the background, so that the next forward/backward overlaps it.
 
-A round has up to four phases. Its push phase runs as soon as the thread reaches it; it may
-return a finish function (wait for the servers' acknowledgement, then issue the pull) that the
-thread runs at the next flush, after the push phases of every round submitted before that
-flush. So the pushes of all parameters of a step leave back to back and their acknowledgements
-travel together, instead of one parameter's round trip after another. A finish function may
-return a check: it reads what the servers said about the round once the pull has landed, and
-sends the round again where a server dropped it (a push from outside the job took its place,
-auth.py), so that what was pulled is the applied round's. The round is `issued` once its pull
-is handed to MXNet's engine (the main thread may then queue copies of the pulled weights, which
-the engine orders after the pull) and `ready` once its check has passed: the main thread waits
-for that before it lets anything read those weights, and queues the copies again where a round
-was sent again (CDSGD.finish_step). A check may return a follow-up (the next round's proofs),
-run after the main thread was told: it costs the step no wait. A failure in any phase is raised
-at the main thread's next call.
+A round has up to three phases. Its push phase runs as soon as the thread reaches it: it
+pushes and issues the pull (MXNet's engine orders the pull after what it must follow), and may
+return a check that the thread runs at the next flush, after the push phases of every round
+submitted before that flush. So the pushes of all buckets of a step leave back to back and
+their pulls travel together, instead of one round trip after another. The check reads what
+the servers said about the round once the pull has landed, and sends the round again where a
+server dropped it (a push from outside the job took its place, auth.py), so that what was
+pulled is the applied round's. The round is `issued` at the flush, its pull handed to MXNet's
+engine (the main thread may then queue copies of the pulled weights, which the engine orders
+after the pull), and `ready` once its check has passed: the main thread waits for that before
+it lets anything read those weights, and queues the copies again where a round was sent again
+(CDSGD.finish_step). A check may return a follow-up (the next round's proofs), run after the
+main thread was told: it costs the step no wait. A failure in any phase is raised at the main
+thread's next call.
 
 Only this thread calls the native kvstore once training runs: MXNet's KVStoreDist is not meant
 to be driven from two Python threads at once.
@@ -46,19 +46,19 @@ class Communicator:
     def __init__(self, name="cdsgd-comm"):
         self._jobs = queue.Queue()
         self._failed = None
-        self._pending = []  # (round, finish function) waiting for the next flush
+        self._pending = []  # (round, check) waiting for the next flush
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, fn, label=""):
-        """fn() runs the push phase and returns None (round done) or a finish function."""
+        """fn() runs the push phase and returns None (round done) or its check."""
         self.raise_if_failed()
         job = Round(fn, label)
         self._jobs.put(job)
         return job
 
     def flush(self):
-        """Finish every round submitted so far (in order); returns a job to wait on."""
+        """Check every round submitted so far (in order); returns a job to wait on."""
         return self.submit(None, "flush")
 
     def wait(self, job):
@@ -103,18 +103,16 @@ class Communicator:
             if job is None:
                 return
             if job.fn is not None:  # a round's push phase
-                finishes = []
-                self._phase(job, job.fn, finishes)
-                if finishes:
-                    self._pending.append(finishes[0])
+                checks = []
+                self._phase(job, job.fn, checks)
+                if checks:
+                    self._pending.append(checks[0])
                 else:
                     for event in (job.issued, job.ready, job.done):
                         event.set()
                 continue
-            # flush: finish the rounds waiting for it, in order, check them, then tell the main thread
-            rounds, checks, follow_ups = [r for r, _ in self._pending], [], []
-            for r, finish in self._pending:
-                self._phase(r, finish, checks)
+            # flush: the rounds waiting for it are issued; check them in order, then tell the main thread
+            rounds, checks, follow_ups = [r for r, _ in self._pending], self._pending, []
             self._pending = []
             for r in rounds + [job]:
                 r.issued.set()

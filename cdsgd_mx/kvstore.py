@@ -667,10 +667,9 @@ class CDSGD(KVStoreBase):
 
     def _round(self, bset, t):
         """Communication thread, push phase: push g(t) from comm_buf (codes or fp32) bucket by
-        bucket, each with this worker's proof (auth.py). Returns the finish phase: for codes,
-        wait for the acknowledgements and pull W(t+1); for fp32 the pulls are issued at once,
-        since MXNet orders a pull after a push of the same key. The finish phase returns the
-        check of the servers' counts that came back with the pulls."""
+        bucket, each with this worker's proof (auth.py), and issue the pulls of W(t+1).
+        Returns the check of the servers' counts that come back with the pulls (run at the
+        flush)."""
         compressed = self.schedule.compressed(t)
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed = 0
@@ -696,18 +695,8 @@ class CDSGD(KVStoreBase):
                 pushed += 4 * (b.size + bset.region)
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
-        if not compressed:
-            self._pull(bset, t)
-            return lambda: (lambda: self._check(bset, t))  # nothing left to finish; check at the flush
-        # a pull of the weight key is not ordered after a push to the payload key: request the
-        # acknowledgements, and have MXNet's engine issue each pull once its acknowledgement is in
-        start = self.tracer.now_us()
-        self._backend.request_acks([b.payload_key for b in bset.buckets])
-        for b in bset.buckets:  # traced: when the servers had applied each payload
-            self._backend.trace_ack(self.tracer, b.payload_key, start, step=t)
-        self._backend.pull_after_acks([(b.payload_key, b.weight_key, b.comm_wire) for b in bset.buckets])
-        self.tracer.watch("pull", bset.comm_buf, start, step=t)
-        return lambda: (lambda: self._check(bset, t))
+        self._pull(bset, t, after_acks=compressed)
+        return lambda: self._check(bset, t)
 
     def _check(self, bset, t):
         """Communication thread, after the flush's pulls are issued and before the main thread
@@ -741,10 +730,20 @@ class CDSGD(KVStoreBase):
     def _payload_bytes(self, b):
         return 4 * (b.words + (auth.TAG_FLOATS if self._backend.region else 0)) + 8  # + the row index
 
-    def _pull(self, bset, t):
+    def _pull(self, bset, t, after_acks):
+        """Issue the pulls of W(t+1) into comm_buf, without waiting. MXNet orders a pull after
+        this worker's push of the same key (fp32); a pull of the weight key is not ordered after
+        a push to the payload key (codes): request the acknowledgements, and have MXNet's engine
+        issue each pull once its acknowledgement is in."""
         start = self.tracer.now_us()
-        for b in bset.buckets:
-            self._backend.pull(b.weight_key, b.comm_wire)
+        if after_acks:
+            self._backend.request_acks([b.payload_key for b in bset.buckets])
+            for b in bset.buckets:  # traced: when the servers had applied each payload
+                self._backend.trace_ack(self.tracer, b.payload_key, start, step=t)
+            self._backend.pull_after_acks([(b.payload_key, b.weight_key, b.comm_wire) for b in bset.buckets])
+        else:
+            for b in bset.buckets:
+                self._backend.pull(b.weight_key, b.comm_wire)
         # the span ends when the transfer does; recorded without holding up this thread
         self.tracer.watch("pull", bset.comm_buf, start, step=t)
 

@@ -10,6 +10,8 @@ forward/backward, g(t) = a worker's gradient at step t.
   after warm-up; cdsgd, with c = t - n, pushes fp32 when c % k == 0 (k-step correction) and
   2-bit codes otherwise.
 """
+import bisect
+
 ALGORITHMS = ("ssgd", "bitsgd", "odsgd", "cdsgd")
 COMPRESSING = ("bitsgd", "cdsgd")
 DELAYED = ("odsgd", "cdsgd")
@@ -42,3 +44,44 @@ class Schedule:
         if self.algorithm == "cdsgd":
             return "compressed" if self.compressed(t) else "correction"
         return "formal"
+
+
+class InterleavedSchedule:
+    """For benchmarks: algorithms taking turns in one job, so that all are timed on the same
+    processes. Segments (first step, algorithm): step t runs as its segment's algorithm with no
+    warm-up, counted from the segment's start (a CD-SGD segment corrects at its offsets 0, k,
+    2k, ...). Looked up by t, so a round checked after the next segment began still counts as
+    its own step's. The kvstore must hold every buffer the segments' algorithms use (built as
+    cdsgd for all four, bitsgd for S-SGD and BIT-SGD). A segment's first step switches (it
+    waits for the last segment's round in flight, or starts the delay)."""
+
+    def __init__(self, k):
+        self.k = k
+        self.starts, self.schedules = [], []
+
+    def begin(self, t, algorithm):
+        """Steps from t on run as `algorithm` (t: the kvstore's next step)."""
+        assert not self.starts or t >= self.starts[-1]
+        self.starts.append(t)
+        self.schedules.append(Schedule(algorithm, 0, self.k))
+
+    def _segment(self, t):
+        """(the segment's schedule, t counted from the segment's start)"""
+        i = bisect.bisect_right(self.starts, t) - 1
+        if i < 0:
+            raise ValueError("step %d comes before the first segment" % t)
+        return self.schedules[i], t - self.starts[i]
+
+    def compressed(self, t):
+        schedule, offset = self._segment(t)
+        return schedule.compressed(offset)
+
+    def delayed(self, t):
+        schedule, offset = self._segment(t)
+        return schedule.delayed(offset)
+
+    def in_warmup(self, t):
+        return False
+
+    def phase(self, t):
+        return self._segment(t)[0].algorithm

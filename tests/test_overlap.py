@@ -47,7 +47,7 @@ def test_trace_shows_overlap_for_cdsgd_and_none_for_bitsgd(tmp_path):
 
 
 def test_interleaved_schedule_runs_each_segment_as_its_algorithm():
-    from cdsgd_mx.bench.overlap import InterleavedSchedule
+    from cdsgd_mx.schedule import InterleavedSchedule
     s = InterleavedSchedule(k=3)
     s.begin(0, "ssgd")
     s.begin(2, "cdsgd")

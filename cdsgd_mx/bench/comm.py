@@ -117,11 +117,15 @@ def worker(args):
             trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync",
                                        algorithm=algorithm, warmup_steps=0, k=5, **extra)
             if args.system == "paired":
-                trainer.kvstore.schedule = AlternatingSchedule()
+                from cdsgd_mx.schedule import InterleavedSchedule
+                trainer.kvstore.schedule = InterleavedSchedule(k=5)
         for p, g in zip(params, grads):
             p.grad()[:] = g  # once: a step leaves the gradients as they are
 
         def one_round():
+            if args.system == "paired":  # S-SGD's round on even steps, BIT-SGD's on odd ones
+                ours = trainer.kvstore
+                ours.schedule.begin(ours.steps_done, ("ssgd", "bitsgd")[ours.steps_done % 2])
             trainer.step(BATCH, ignore_stale_grad=True)
             mx.nd.waitall()
 
@@ -161,22 +165,6 @@ def worker(args):
     print("RESULT " + json.dumps({"rank": rank, "ms": ms, "round_ms": times,
                                   "bytes_per_round": (pushed() - b0) / args.rounds if args.system in OURS else None}),
           flush=True)
-
-
-class AlternatingSchedule:
-    """BIT-SGD's schedule with every even step pushed fp32: S-SGD's round and BIT-SGD's round
-    taking turns in one job (both synchronous: no delay, no warm-up)."""
-    def compressed(self, t):
-        return t % 2 == 1
-
-    def delayed(self, t):
-        return False
-
-    def in_warmup(self, t):
-        return False
-
-    def phase(self, t):
-        return "compressed" if self.compressed(t) else "fp32"
 
 
 # -- leader: jobs, table, JSON --------------------------------------------------------------

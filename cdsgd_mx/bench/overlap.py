@@ -15,15 +15,15 @@ communication per step is ((k-1)(psi+delta) + phi)/k (eq. 6 averaged over k step
 summary checks the issue's goal: CD-SGD within 15% of max(compute, comm) and faster
 than BIT-SGD and S-SGD.
 
---interleaved: all of it in one job instead (InterleavedSchedule): separate jobs on a machine
-whose cores the workers share differ in compute from job to job by more than what the
-algorithms differ by at fast links; in one job every algorithm runs on the same processes.
+--interleaved: all of it in one job instead (cdsgd_mx.schedule.InterleavedSchedule): separate
+jobs on a machine whose cores the workers share differ in compute from job to job by more
+than what the algorithms differ by at fast links; in one job every algorithm runs on the
+same processes.
 Each cycle measures tau, then fp32 and 2-bit rounds alone taking turns, then each algorithm
 for a block of 1 + 2k steps (the order rotated every cycle); --iterations is then the timed
 steps per algorithm, rounded up to whole cycles of 2k; iter_ms is the median over cycles of
 each block's mean.
 """
-import bisect
 import argparse
 import json
 import os
@@ -33,44 +33,6 @@ import time
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
 COMM_ROUNDS = 4  # --interleaved: rounds of each kind alone per cycle (phi, psi + delta)
-
-
-class InterleavedSchedule:
-    """The algorithms taking turns in one job: segments (first step, algorithm), each step t
-    run as its segment's algorithm with no warm-up, a CD-SGD segment's corrections at its own
-    offsets 0, k, 2k, ... Looked up by t, so a round checked after the next segment began
-    still counts as its own step's. The kvstore must be built as cdsgd (every buffer, payload
-    keys on the servers). A block's first step switches (it waits for the last block's round
-    in flight, or starts the delay): the benchmark does not time it."""
-
-    def __init__(self, k):
-        self.k = k
-        self.starts, self.algorithms = [], []
-
-    def begin(self, t, algorithm):
-        """Steps from t on run as `algorithm` (t: the kvstore's next step)."""
-        assert not self.starts or t >= self.starts[-1]
-        self.starts.append(t)
-        self.algorithms.append(algorithm)
-
-    def _segment(self, t):
-        i = bisect.bisect_right(self.starts, t) - 1
-        if i < 0:
-            raise ValueError("step %d comes before the first segment" % t)
-        return self.algorithms[i], t - self.starts[i]
-
-    def compressed(self, t):
-        algorithm, offset = self._segment(t)
-        return algorithm == "bitsgd" or (algorithm == "cdsgd" and offset % self.k != 0)
-
-    def delayed(self, t):
-        return self._segment(t)[0] in ("odsgd", "cdsgd")
-
-    def in_warmup(self, t):
-        return False
-
-    def phase(self, t):
-        return self._segment(t)[0]
 
 
 def mlp(params, in_units=512):
@@ -167,6 +129,7 @@ def interleaved(args, net, trainer, fwd_bwd):
     """Worker of --interleaved: cycles of tau, the rounds alone, and the four algorithms."""
     import mxnet as mx
     import numpy as np
+    from ..schedule import InterleavedSchedule
     kv = trainer.kvstore
     schedule = kv.schedule = InterleavedSchedule(args.k)
     trained = [p for p in net.collect_params().values() if p.grad_req != "null"]
