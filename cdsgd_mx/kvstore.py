@@ -295,6 +295,7 @@ class CDSGD(KVStoreBase):
         if self._apply_nonfinite_policy(sets, step):
             return
         self._follow_global()
+        self._follow_multipliers(sets, step)
         self._updates += 1
         for bset in sets:
             t = bset.t
@@ -613,6 +614,40 @@ class CDSGD(KVStoreBase):
             global_start, local_start = self._rates
             now = opt.lr_scheduler(opt.begin_num_update + self._updates + 1)
             local.set_learning_rate(local_start * (now / global_start if global_start else 1.0))
+
+    def _follow_multipliers(self, sets, step):
+        """lr_mult / wd_mult changed since they were sent (gluon reads a Parameter's own at every
+        update when the workers update): the servers and the local optimizer use the new ones
+        from this step's update on. Per step, one lookup and comparison per parameter slice."""
+        opt = self._optimizer
+        changed = [bset for bset in sets if any(_multipliers(opt, s.key) != (s.lr_mult, s.wd_mult) for s in bset.slots)]
+        if not changed:
+            return
+        self.wait_all()  # the rounds in flight are earlier steps': their updates keep the old multipliers
+        slots = []
+        for bset in changed:
+            self._set_multipliers(bset, step)
+            slots += [[s.state_id, s.lr_mult, s.wd_mult] for s in bset.slots]
+        self._backend.command({"op": "multipliers", "slots": slots})
+
+    def _set_multipliers(self, bset, step):
+        """The set's multipliers as the optimizer has them now, for the local optimizer too. A
+        stateful local optimizer keeps one state per run of parameters with equal multipliers:
+        where a change would regroup those runs, stop (the states would no longer fit)."""
+        before = [(s.lr_mult, s.wd_mult) for s in bset.slots]
+        runs = [(i, g.shape) for i, g, _ in bset.runs]
+        bset.set_multipliers(lambda key: _multipliers(self._optimizer, key))
+        states = self._local_updater.states if self._local_updater is not None else {}
+        if runs != [(i, g.shape) for i, g, _ in bset.runs] and any(
+                states.get(i) is not None for i, _ in runs):
+            moved = [s.key for s, b in zip(bset.slots, before) if (s.lr_mult, s.wd_mult) != b]
+            bset.set_multipliers(lambda key, old=dict(zip((s.key for s in bset.slots), before)): old[key])
+            raise ConfigError("parameter %s: lr_mult/wd_mult changed at step %d, but the local optimizer %r keeps "
+                              "state per run of parameters with equal multipliers; set them before the first step, "
+                              "or use the stateless local optimizer (local_optimizer='sgd' without momentum)"
+                              % (self._names(moved[:1]), step, self._local_name))
+        if self._local_optimizer is not None:
+            self._local_multipliers(bset)
 
     def _ensure_registered(self):
         """Before the first step of new bucket sets: the start-up agreement check (once), then

@@ -139,6 +139,9 @@ class ServerState:
                 self.multipliers.update((int(i), (float(lr), float(wd))) for i, _, _, lr, wd in slots)
             self._apply_multipliers()
             self.to_register.update(int(k) for k in msg["weights"])
+        elif msg["op"] == "multipliers":  # changed during training: from the next update on
+            self.multipliers.update((int(i), (float(lr), float(wd))) for i, lr, wd in msg["slots"])
+            self._apply_multipliers()
         elif msg["op"] == "set_lr":
             self.optimizer.set_learning_rate(float(msg["lr"]))
         elif msg["op"] in ("save", "load"):

@@ -21,13 +21,14 @@ def delayed(alg, t, n):
 
 
 def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch, poisoned=(),
-             wd=0.0, mults=None):
+             wd=0.0, mults=None, mults_from=0):
     """init: list of arrays; grad_fn(x, rank, s, index) for data step s. Returns (x per rank, W)
     per parameter. poisoned: (rank, s) pairs where that worker's gradient is non-finite under
     nonfinite='skip': data step s is dropped on every worker, as if its batch never came (no
     push, no local or global update, residuals and the schedule's step counter unchanged).
     wd, mults {index: (lr_mult, wd_mult)}: the global optimizer's weight decay and gluon's
-    per-parameter multipliers (ssgd only here)."""
+    per-parameter multipliers, in effect from data step mults_from on, for the global update and
+    the local one (whose optimizer has no weight decay)."""
     f32 = np.float32
     rescale = f32(1.0 / batch)
     local_rescale = f32(local_lr) * rescale
@@ -56,13 +57,13 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
             W_t = W[i]
             # float32, in the order of MXNet's sgd_mom_update kernel: the multiplied rate and
             # decay reach it as float32 parameters
-            lr_mult, wd_mult = (mults or {}).get(i, (1.0, 1.0))
+            lr_mult, wd_mult = (mults or {}).get(i, (1.0, 1.0)) if s >= mults_from else (1.0, 1.0)
             lr_i, wd_i = f32(lr * lr_mult), f32(wd * wd_mult)
             mom[i] = f32(momentum) * mom[i] - lr_i * wd_i * W_t - lr_i * rescale * total
             W_next = W_t + mom[i]
             for r in range(workers):
                 if delayed(alg, t, n):
-                    x[r][i] = W_t - local_rescale * grads[r]
+                    x[r][i] = W_t - (local_rescale if lr_mult == 1.0 else f32(local_lr * lr_mult) * rescale) * grads[r]
                 else:
                     x[r][i] = W_next.copy()
             W[i] = W_next

@@ -141,6 +141,27 @@ def test_ssgd_honours_per_parameter_multipliers_like_stock_gluon(tmp_path):
             assert not np.allclose(W_plain[i], W[i], atol=1e-4)
 
 
+@pytest.mark.parametrize("alg", ["ssgd", "cdsgd"])
+def test_multipliers_changed_mid_training_take_effect_from_the_next_step(tmp_path, alg):
+    """lr_mult / wd_mult set before step 4 of 9 on both workers (as unfreezing a layer after N
+    epochs does): from step 4 on, the servers and the local optimizer use them, as stock gluon
+    does when the workers update (issue 26: they were silently ignored)."""
+    wd, mults, at = 0.05, {1: (2.0, 1.0), 2: (1.0, 3.0), 3: (1.0, 0.0)}, 4
+    cfg = json.dumps(dict(CFG, mults=True, mults_at=at, wd=wd))
+    init = [init_value(i, s) for i, s in enumerate(SHAPES)]
+    sim = dict(workers=2, steps=STEPS, n=WARMUP, k=K, threshold=T, init=init, grad_fn=grad_fn, lr=CFG["lr"],
+               momentum=CFG["momentum"], local_lr=CFG["local_lr"], batch=CFG["batch"], wd=wd)
+    xs, W = simulate(alg, mults=mults, mults_from=at, **sim)
+    ours = launch(tmp_path / "ours", 2, 2, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP),
+                  "--k", str(K), "--config", cfg)
+    for i in range(len(SHAPES)):
+        for r in range(2):
+            np.testing.assert_allclose(ours[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(ours[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+    for other in (simulate(alg, mults={}, **sim)[1], simulate(alg, mults=mults, **sim)[1]):  # never / from the start
+        assert not all(np.allclose(other[i], W[i], atol=1e-4) for i in (1, 2, 3))
+
+
 def test_bitsgd_equals_mxnet_2bit_compression(tmp_path):
     ours = launch(tmp_path / "ours", 2, 1, "--algorithm", "bitsgd", "--steps", "8", "--warmup", "0")
     theirs = launch(tmp_path / "mx", 2, 1, "--mode", "mxnet2bit", "--steps", "8", stock_server=True)

@@ -79,10 +79,12 @@ def main():
         devices = devices[store.rank]
     contexts = [mx.cpu(d) for d in range(devices)]
     params.initialize(ctx=contexts)
-    if cfg.get("mults"):  # per-parameter settings as gluon-cv's no-wd option and lr_mult would set them
+    def set_mults():  # per-parameter settings as gluon-cv's no-wd option and lr_mult would set them
         plist[1].lr_mult = 2.0
         plist[2].wd_mult = 3.0
         plist[3].wd_mult = 0.0  # the (1,) parameter plays a bias
+    if cfg.get("mults") and not cfg.get("mults_at"):
+        set_mults()
 
     if args.mode == "mxnet2bit":
         kv = mx.kv.create("dist_sync")
@@ -142,6 +144,8 @@ def main():
             trainer.save_states(args.ckpt)
             np.savez("%s.x%d.npz" % (args.ckpt, rank), **{"x%d" % i: p.data().asnumpy() for i, p in enumerate(plist)})
             break
+        if cfg.get("mults") and t == cfg.get("mults_at"):  # changed mid-training, before step t
+            set_mults()
         for i, p in enumerate(plist):
             for d, ctx in enumerate(contexts):  # from each device's own weights: all must be updated
                 g = device_grad(p.data(ctx).asnumpy(), rank, t, i, d, stable=cfg.get("stable", False))

@@ -1,0 +1,118 @@
+"""What gluon scripts do mid-training, through cdsgd_mx.Trainer and through stock gluon.Trainer
+(workers update: kvstore=None), on the same parameters, gradients and steps (issue 26).
+
+Gradients come from a real backward (so gluon's stale-gradient bookkeeping is what a script
+sees): loss = sum_i <p_i, c_i(t)> + 0.5 * a_i * |p_i|^2, a gradient that depends on the
+weights in use."""
+import numpy as np
+import pytest
+
+import mxnet as mx
+from mxnet import autograd, gluon
+
+import cdsgd_mx
+
+SHAPES = [(6, 4), (4,), (9,), (3,)]
+OPT = {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}
+
+
+def make_params():
+    params = gluon.ParameterDict()
+    plist = [params.get("p%d" % i, shape=s, init=mx.init.Constant(
+        np.random.RandomState(i).uniform(-1, 1, s).astype(np.float32).tolist())) for i, s in enumerate(SHAPES)]
+    params.initialize(ctx=mx.cpu())
+    return params, plist
+
+
+def backward(plist, t, used=None):
+    """One backward through the parameters in `used` (all by default): the others' gradients
+    are left stale, as a branch not taken at this step leaves them."""
+    used = range(len(plist)) if used is None else used
+    with autograd.record():
+        loss = 0
+        for i in used:
+            c = mx.nd.array(np.random.RandomState(100 * t + i).normal(0, 1, SHAPES[i]).astype(np.float32))
+            w = plist[i].data()
+            loss = loss + (w * c).sum() + 0.5 * (0.3 + 0.1 * i) * (w * w).sum()
+    loss.backward()
+
+
+def stock_trainer(params):
+    return gluon.Trainer(params, "sgd", dict(OPT), kvstore=None)
+
+
+def our_trainer(params, alg="ssgd", **kw):
+    kw.setdefault("warmup_steps", 0)
+    return cdsgd_mx.Trainer(params, "sgd", dict(OPT), kvstore="local", algorithm=alg, **kw)
+
+
+def weights(plist):
+    return [p.data().asnumpy().copy() for p in plist]
+
+
+def run(make_trainer, steps, before_step=lambda t, plist: None):
+    params, plist = make_params()
+    tr = make_trainer(params)
+    history = []
+    for t in range(steps):
+        before_step(t, plist)
+        backward(plist, t)
+        tr.step(2)
+        history.append(weights(plist))
+    return history
+
+
+def late_multipliers(t, plist):
+    """Freeze p0 at step 3 and unfreeze it at step 6; raise p2's wd_mult at step 4."""
+    if t == 3:
+        plist[0].lr_mult = 0.0
+    if t == 4:
+        plist[2].wd_mult = 30.0
+    if t == 6:
+        plist[0].lr_mult = 1.0
+
+
+def test_late_lr_mult_and_wd_mult_match_stock_gluon():
+    ours = run(our_trainer, 9, late_multipliers)
+    stock = run(stock_trainer, 9, late_multipliers)
+    for t in range(9):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(ours[t][i], stock[t][i], rtol=1e-6, atol=1e-7, err_msg="step %d p%d" % (t, i))
+    plain = run(stock_trainer, 9)
+    assert not np.allclose(plain[-1][0], stock[-1][0], atol=1e-4)  # the changes changed the result
+    assert not np.allclose(plain[-1][2], stock[-1][2], atol=1e-4)
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
+def test_freezing_mid_training_freezes_from_the_next_step(alg):
+    """Without momentum: once lr_mult is 0 neither the servers' W nor the weights trained with
+    move (a delayed algorithm's x(t+1) = W(t) with no local step); lr_mult back to 1 trains again."""
+    params, plist = make_params()
+    tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local", algorithm=alg,
+                          warmup_steps=1, k=2, threshold=0.05)
+    seen = []
+    for t in range(10):
+        plist[1].lr_mult = 0.0 if 4 <= t < 8 else 1.0
+        backward(plist, t)
+        tr.step(1)
+        tr.wait_all()
+        seen.append((plist[1].data().asnumpy().copy(), tr.kvstore.global_weights(1).asnumpy()))
+    frozen_x, frozen_w = seen[4]
+    for t in range(5, 8):
+        np.testing.assert_array_equal(seen[t][1], frozen_w)  # W: no update at steps 4..7
+        np.testing.assert_array_equal(seen[t][0], frozen_x)
+    assert not np.allclose(seen[9][1], frozen_w)  # unfrozen at step 8: trains again
+    assert not np.allclose(seen[3][1], seen[2][1])  # and trained before
+
+
+def test_a_late_change_a_stateful_local_optimizer_cannot_follow_stops_naming_the_parameter():
+    params, plist = make_params()
+    tr = our_trainer(params, "cdsgd", k=2, local_optimizer_params={"momentum": 0.9})
+    for t in range(3):
+        backward(plist, t)
+        tr.step(1)
+    plist[2].lr_mult = 0.5
+    backward(plist, 3)
+    with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^parameter p2: lr_mult/wd_mult changed at step 3, but "
+                                                           r"the local optimizer 'sgd' keeps state"):
+        tr.step(1)
