@@ -18,6 +18,13 @@ from .buckets import DEFAULT_BUCKET_SIZE
 from .kvstore import CDSGD, ConfigError, check_config, check_learning_rate
 
 DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few hundred at most
+NO_WORKER_UPDATE = ("%s: the global optimizer runs on the servers; to clip gradients pass "
+                    "optimizer_params={'clip_gradient': C} (each value of the summed, rescaled gradient clipped "
+                    "to [-C, C] on the servers)")
+
+
+STALE = ("Gradient of Parameter `%s` on context %s has not been updated by backward since last `step`: "
+         "call step with ignore_stale_grad=True if only part of the network is used at this step")
 
 
 class Trainer(gluon.Trainer):
@@ -41,7 +48,7 @@ class Trainer(gluon.Trainer):
         if compression_params:
             raise ConfigError("compression_params: use algorithm='bitsgd' or 'cdsgd' and threshold= instead")
         if update_on_kvstore is False:
-            raise ConfigError("update_on_kvstore must be True or None: the global optimizer runs on the servers")
+            raise ConfigError(NO_WORKER_UPDATE % "update_on_kvstore must be True or None")
         plist = list(params.values()) if hasattr(params, "values") else list(params)
         for p in plist:
             if p._stype != "default" or getattr(p, "_grad_stype", "default") != "default":
@@ -83,11 +90,25 @@ class Trainer(gluon.Trainer):
         with self._cdsgd.tracer.span("step", step=self._steps):
             self._initialize(batch_size)
             pushed = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
+            arrays = [p._check_and_get(p._data, list) for _, p in pushed]
+            if not ignore_stale_grad:  # before anything is pushed: a refused step changes nothing
+                for (_, p), data in zip(pushed, arrays):
+                    for d in data:
+                        if not d._fresh_grad:
+                            raise UserWarning(STALE % (p.name, d.context))
             self._cdsgd.pushpull([i for i, _ in pushed], [p.list_grad() for _, p in pushed],
                                  out=[p.list_data() for _, p in pushed])
             self._cdsgd.finish_step()
-            self._update(ignore_stale_grad)  # gluon's stale-gradient check; the update ran on the kvstore
+            for data in arrays:  # as gluon does when the workers update: the next backward makes them fresh
+                for d in data:
+                    d._fresh_grad = False
         self._steps += 1
+
+    def allreduce_grads(self):
+        raise ConfigError(NO_WORKER_UPDATE % "allreduce_grads() then update() is not supported")
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        raise ConfigError(NO_WORKER_UPDATE % "allreduce_grads() then update() is not supported")
 
     def _initialize(self, batch_size):
         """What gluon's step does first: the kvstore and the parameters on the servers."""

@@ -116,3 +116,54 @@ def test_a_late_change_a_stateful_local_optimizer_cannot_follow_stops_naming_the
     with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^parameter p2: lr_mult/wd_mult changed at step 3, but "
                                                            r"the local optimizer 'sgd' keeps state"):
         tr.step(1)
+
+
+def test_a_stale_gradient_raises_before_anything_is_pushed():
+    """ignore_stale_grad=False (gluon's default): a parameter backward did not reach since the
+    last step raises gluon's UserWarning, and the step changes nothing (it used to raise after
+    the servers had applied the old gradient again, and only for a parameter never reached)."""
+    params, plist = make_params()
+    tr = our_trainer(params, "cdsgd", k=2)
+    for t in range(2):
+        backward(plist, t)
+        tr.step(1)
+    tr.wait_all()
+    before = (weights(plist), [tr.kvstore.global_weights(i).asnumpy() for i in range(len(plist))])
+    backward(plist, 2, used=[0, 1, 3])  # p2's branch not taken
+    with pytest.raises(UserWarning, match=r"Parameter `p2` on context cpu\(0\) has not been updated by backward"):
+        tr.step(1)
+    tr.wait_all()
+    after = (weights(plist), [tr.kvstore.global_weights(i).asnumpy() for i in range(len(plist))])
+    for a, b in zip(before[0] + before[1], after[0] + after[1]):
+        np.testing.assert_array_equal(a, b)
+    sparams, splist = make_params()  # stock gluon raises the same way
+    stock = stock_trainer(sparams)
+    backward(splist, 0)
+    stock.step(1)
+    backward(splist, 1, used=[0, 1, 3])
+    with pytest.raises(UserWarning, match=r"Parameter `p2` on context cpu\(0\) has not been updated by backward"):
+        stock.step(1)
+
+
+def test_clipping_through_allreduce_grads_and_update_is_one_line_naming_clip_gradient():
+    params, plist = make_params()
+    tr = our_trainer(params)
+    backward(plist, 0)
+    for call in (tr.allreduce_grads, lambda: tr.update(1)):
+        with pytest.raises(cdsgd_mx.kvstore.ConfigError) as e:
+            call()
+        assert str(e.value).startswith("allreduce_grads() then update() is not supported: the global optimizer runs "
+                                       "on the servers; to clip gradients pass optimizer_params={'clip_gradient': C}")
+        assert "\n" not in str(e.value)
+
+
+def test_clip_gradient_matches_stock_gluon():
+    """The alternative the refusal names: MXNet's clip_gradient, run on the servers, gives
+    stock gluon's weights (the sum of one worker's gradient, rescaled, clipped per value)."""
+    opt = dict(OPT, clip_gradient=0.3)
+    ours = run(lambda p: cdsgd_mx.Trainer(p, "sgd", dict(opt), kvstore="local", algorithm="ssgd", warmup_steps=0), 6)
+    stock = run(lambda p: gluon.Trainer(p, "sgd", dict(opt), kvstore=None), 6)
+    plain = run(stock_trainer, 6)
+    for i in range(len(SHAPES)):
+        np.testing.assert_allclose(ours[-1][i], stock[-1][i], rtol=1e-6, atol=1e-7)
+    assert not np.allclose(plain[-1][0], stock[-1][0], atol=1e-4)  # clipping changed something
