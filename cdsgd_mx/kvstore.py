@@ -495,7 +495,10 @@ class CDSGD(KVStoreBase):
         """The global optimizer as restored (gluon reads it back through _updater)."""
         import pickle
         if isinstance(self._backend, LocalBackend):
-            return self._backend.server.optimizer
+            # a copy, as a distributed job's workers get: gluon then sets param_dict on it (by
+            # parameter index), which on the server's own object would shadow the multipliers
+            # it keeps by state id
+            return pickle.loads(pickle.dumps(self._backend.server.optimizer))
         try:
             return pickle.loads(checkpoint.read_file(checkpoint.file_path(fname, sid, "server0"), sid))["optimizer"]
         except Exception:

@@ -167,3 +167,31 @@ def test_clip_gradient_matches_stock_gluon():
     for i in range(len(SHAPES)):
         np.testing.assert_allclose(ours[-1][i], stock[-1][i], rtol=1e-6, atol=1e-7)
     assert not np.allclose(plain[-1][0], stock[-1][0], atol=1e-4)  # clipping changed something
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "cdsgd"])
+def test_multipliers_hold_after_load_states(tmp_path, alg):
+    """kvstore='local' once lost them after load_states: gluon set param_dict (by parameter
+    index) on the server's own optimizer, which looks multipliers up by state id."""
+    def trainer(params):
+        return cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local", algorithm=alg,
+                                warmup_steps=1, k=2)
+    params, plist = make_params()
+    plist[1].lr_mult = 0.0
+    tr = trainer(params)
+    for t in range(3):
+        backward(plist, t)
+        tr.step(1)
+    tr.save_states(str(tmp_path / "c.states"))
+    frozen = plist[1].data().asnumpy().copy()
+    params, plist = make_params()
+    plist[1].lr_mult = 0.0
+    tr = trainer(params)
+    tr.load_states(str(tmp_path / "c.states"))
+    for t in range(3, 6):
+        backward(plist, t)
+        tr.step(1)
+    tr.wait_all()
+    np.testing.assert_array_equal(plist[1].data().asnumpy(), frozen)
+    np.testing.assert_array_equal(tr.kvstore.global_weights(1).asnumpy(), frozen)
+    assert not np.allclose(plist[0].data().asnumpy(), make_params()[1][0].data().asnumpy())
