@@ -253,6 +253,39 @@ class BucketSet:
         for b in self.buckets:
             b.grad.copyto(b.comm)
 
+    # ---- gluon's stale gradients (ignore_stale_grad=True) --------------------------------------
+    def zero_grad(self, keys):
+        """This worker's gradient of `keys` is stale (backward did not write it since the last
+        step): it contributes nothing to the step."""
+        for key in keys:
+            self.grad_views[key][:] = 0
+
+    def hold_loc(self, keys):
+        """Copies of loc_buf's `keys` (W(t) after comm_to_loc), and a function that puts them
+        back: the parameters no worker had a fresh gradient for take no local step."""
+        kept = {key: self._loc_views[key].copy() for key in keys}
+
+        def restore():
+            for key, x in kept.items():
+                x.copyto(self._loc_views[key])
+        return restore
+
+    def keep_residual(self, keys):
+        """The residual of `keys` as it is now, and a function that puts it back after this
+        round's compression: a parameter skipped everywhere is not in the step, its error
+        feedback memory included."""
+        if self.residual is None and not self.device:
+            return lambda: None
+        before = self.residual_values()
+        spans = [self._spans[key] for key in keys]
+
+        def restore():
+            now = self.residual_values()
+            for begin, end in spans:
+                now[begin:end] = before[begin:end]
+            self.set_residual(now)
+        return restore
+
     def comm_to_loc(self):
         """loc_buf = W(t), the weights pulled into comm_buf."""
         if self.region == 0 and not self.device:

@@ -164,6 +164,8 @@ class CDSGD(KVStoreBase):
         self.driven_by_trainer = False
         self._sync_sets = []         # synchronous rounds of this step: parameters = comm_buf after the pull
         self.resent = 0              # rounds sent again after a server dropped them (a push from outside the job)
+        self._stale_open = False     # the stale count's key exists on its server
+        self._stale_index = None     # parameter key -> its place in the stale count
 
     # ---- KVStoreBase API -------------------------------------------------------------------
     @property
@@ -258,11 +260,15 @@ class CDSGD(KVStoreBase):
         device can be bound to (autograd then writes there and nothing is copied)."""
         return self._set_of[key].grad_views[key]
 
-    def pushpull(self, key, value, out=None, priority=0):
+    def pushpull(self, key, value, out=None, priority=0, stale=None):
         """One step of the parameters `key` (one or a list): every parameter of a bucket set
         (one broadcast() call) must come in the same call, every step. A key's value and out
         may be lists, one array per device of this worker: the gradients are summed into one
-        push (as MXNet's kvstore reduces locally) and every device gets the new weights."""
+        push (as MXNet's kvstore reduces locally) and every device gets the new weights.
+        stale: None, or the keys whose gradient backward did not write on this worker since
+        the last step (gluon's ignore_stale_grad=True; every worker passes a list at the same
+        steps): this worker's gradient of those contributes nothing, and a parameter no worker
+        has a fresh gradient for is not updated at all (see _stale_everywhere)."""
         if out is None:
             raise ValueError("pushpull needs out= (the parameters' weights): the optimizer runs on the servers")
         keys, grads, outs = _as_lists(key, value, out)
@@ -292,18 +298,21 @@ class CDSGD(KVStoreBase):
         for bset in sets:
             bset.outs.update((k, o) for k, o in zip(keys, outs) if k in bset.outs)
             bset.gather({k: grads[k] for k in bset.keys})
+            if stale:
+                bset.zero_grad([k for k in bset.keys if k in set(stale)])
         if self._apply_nonfinite_policy(sets, step):
             return
         self._follow_global()
         self._follow_multipliers(sets, step)
+        held = self._stale_everywhere(sets, stale, step) if stale is not None else {}
         self._updates += 1
         for bset in sets:
             t = bset.t
             bset.t += 1
             if self.schedule.delayed(t):
-                self._delayed_step(bset, t)
+                self._delayed_step(bset, t, held.get(bset, ()))
             else:
-                self._sync_step(bset, t)
+                self._sync_step(bset, t, held.get(bset, ()))
 
     # ---- checkpoints (one all-or-nothing set: checkpoint.py) ---------------------------------
     def save_optimizer_states(self, fname, dump_optimizer=False, extra=None):
@@ -652,6 +661,44 @@ class CDSGD(KVStoreBase):
         if self._local_optimizer is not None:
             self._local_multipliers(bset)
 
+    def _stale_everywhere(self, sets, stale, step):
+        """gluon's rule for stale gradients, on every worker alike: a parameter no worker has a
+        fresh gradient for gets no update at this step (no momentum, no weight decay, no local
+        step; its residual stays). The workers count, per parameter, how many have a fresh
+        gradient (one small push and pull per step); the servers are told which parameters to
+        skip once the rounds in flight (earlier steps', whose updates keep them) are done.
+        Returns {bucket set: its parameters held}."""
+        order = self._stale_order()
+        fresh = np.ones(len(order), np.float32)
+        for k in stale:
+            fresh[order[k]] = 0.0
+        if self.num_workers > 1:
+            if not self._stale_open:
+                self._backend.open_tally(protocol.STALE_KEY, len(order))
+                self._stale_open = True
+            fresh = self._backend.tally(protocol.STALE_KEY, fresh)
+        held = {bset: [k for k in bset.keys if fresh[order[k]] == 0] for bset in sets}
+        held = {bset: keys for bset, keys in held.items() if keys}
+        if not held:
+            return {}
+        states = self._local_updater.states if self._local_updater is not None else {}
+        if self.algorithm in DELAYED and any(v is not None for v in states.values()):
+            first = next(iter(held.values()))[0]
+            raise ConfigError("parameter %s: no worker has a fresh gradient at step %d (ignore_stale_grad=True), and "
+                              "the local optimizer %r keeps state a skipped step would still move; use the stateless "
+                              "local optimizer (local_optimizer='sgd' without momentum)"
+                              % (self._names([first]), step, self._local_name))
+        self.wait_all()
+        self._backend.command({"op": "skip", "ids": [s.state_id for bset, keys in held.items()
+                                                     for s in bset.slots if s.key in set(keys)]})
+        return held
+
+    def _stale_order(self):
+        """Every parameter's place in the stale count (the order every worker registered)."""
+        if self._stale_index is None or len(self._stale_index) != len(self._set_of):
+            self._stale_index = {k: i for i, k in enumerate(k for bset in self._sets for k in bset.keys)}
+        return self._stale_index
+
     def _ensure_registered(self):
         """Before the first step of new bucket sets: the start-up agreement check (once), then
         tell the servers which parameters each bucket holds (and, when compressing, which
@@ -674,40 +721,47 @@ class CDSGD(KVStoreBase):
             self._local_optimizer.lr_mult[s.state_id] = s.lr_mult
             self._local_optimizer.wd_mult[s.state_id] = s.wd_mult
 
-    def _sync_step(self, bset, t):
+    def _sync_step(self, bset, t, held=()):
         """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weights into
-        comm_buf; the parameters = comm_buf once the rounds are ready (finish_step)."""
+        comm_buf; the parameters = comm_buf once the rounds are ready (finish_step). held:
+        parameters not updated at this step (no fresh gradient anywhere)."""
         if bset.in_flight is not None:  # cannot happen with the schedules above; kept safe
             self._comm.wait(bset.in_flight)
             bset.in_flight = None
         if not (self.schedule.compressed(t) and not bset.device):
             bset.grad_to_comm()  # pushing grad_buf itself would let MXNet pull into it
         # (a compressed round of host buckets quantizes grad_buf itself: one copy less)
-        self._comm.submit(lambda: self._round(bset, t), "step %d" % t)
+        keep = bset.keep_residual(held) if held and self.schedule.compressed(t) else None
+        self._comm.submit(lambda: self._round(bset, t, keep), "step %d" % t)
         self._sync_sets.append(bset)
         if not self.driven_by_trainer:
             self.finish_step()  # the Trainer calls it once per step instead
 
-    def _delayed_step(self, bset, t):
-        """x(t+1) = W(t) - local step with g(t); round t goes on in the background."""
+    def _delayed_step(self, bset, t, held=()):
+        """x(t+1) = W(t) - local step with g(t); round t goes on in the background. held:
+        parameters not updated at this step (x(t+1) = W(t) for them)."""
         with self.tracer.span("wait W(t)", step=t):
             if bset.in_flight is not None:
                 self._comm.wait(bset.in_flight)   # W(t) is (being) pulled into comm_buf
             bset.comm_to_loc()                     # the engine orders this after that pull
         with self.tracer.span("local update", step=t):
+            restore = bset.hold_loc(held) if held else None
             for index, grad, loc in bset.runs:
                 self._local_updater(index, grad, loc)  # eq. 11
+            if restore:
+                restore()
             bset.scatter("loc")
             bset.grad_to_comm()                    # comm_buf = g(t): backward of t+1 may now write grad_buf
-        bset.in_flight = self._comm.submit(lambda: self._round(bset, t), "step %d" % t)
+        keep = bset.keep_residual(held) if held and self.schedule.compressed(t) else None
+        bset.in_flight = self._comm.submit(lambda: self._round(bset, t, keep), "step %d" % t)
         if not self.driven_by_trainer:
             self._comm.flush()  # do not wait: the round finishes in the background
 
-    def _round(self, bset, t):
+    def _round(self, bset, t, keep_residual=None):
         """Communication thread, push phase: push g(t) from comm_buf (codes or fp32) bucket by
         bucket, each with this worker's proof (auth.py), and issue the pulls of W(t+1).
         Returns the check of the servers' counts that come back with the pulls (run at the
-        flush)."""
+        flush). keep_residual: puts back the residual of parameters skipped at this step."""
         compressed = self.schedule.compressed(t)
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed = 0
@@ -731,6 +785,8 @@ class CDSGD(KVStoreBase):
                     if keep:
                         b.comm.copyto(b.loc)  # before the pull writes W over it
                 pushed += 4 * (b.size + bset.region)
+        if keep_residual is not None:
+            keep_residual()
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
         self._pull(bset, t, after_acks=compressed)

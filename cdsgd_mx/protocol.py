@@ -26,6 +26,7 @@ VOTE_KEY = CONFIG_KEY + 1  # nonfinite='skip': each step's count of non-finite v
 HANDSHAKE_BASE = CONFIG_KEY + 2  # from here: one start-up handshake key per server
 HANDSHAKE_MARK = -7.0  # what only our server writes into a handshake answer (tags and sums are >= 0)
 REPORT_BASE = CONFIG_KEY - 64  # from here: one checkpoint report key per server (below the handshake's)
+STALE_KEY = REPORT_BASE - 1  # ignore_stale_grad=True: each step's count of workers with a fresh gradient, per parameter
 REPORT_WIDTH = 4  # a checkpoint report row: result code, errno, save token (two 24-bit halves)
 
 

@@ -99,6 +99,7 @@ class ServerState:
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
         self.slots = {}           # weight key -> [(state id, begin, end)]: the bucket's parameters
         self.multipliers = {}     # state id -> (lr_mult, wd_mult) of its parameter
+        self.skip = set()         # state ids whose next update is skipped: no worker had a fresh gradient
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
         self.to_register = set()  # weight keys whose next update only records the weight
@@ -142,6 +143,8 @@ class ServerState:
         elif msg["op"] == "multipliers":  # changed during training: from the next update on
             self.multipliers.update((int(i), (float(lr), float(wd))) for i, lr, wd in msg["slots"])
             self._apply_multipliers()
+        elif msg["op"] == "skip":  # the next update of these parameters is skipped (gluon's stale rule)
+            self.skip.update(int(i) for i in msg["ids"])
         elif msg["op"] == "set_lr":
             self.optimizer.set_learning_rate(float(msg["lr"]))
         elif msg["op"] in ("save", "load"):
@@ -340,14 +343,25 @@ class ServerState:
         flat = arr.reshape((-1,))
         return [flat[b:e] for b, e in ranges]
 
+    def _updated(self, wk, size):
+        """The bucket's parameters this update moves: [(state id, begin, end)], without those a
+        skip command named (their weights and states stay as they are)."""
+        slots = self.slots.get(wk) or [(wk, 0, size)]
+        return [s for s in slots if s[0] not in self.skip] if self.skip else slots
+
+    def _skipped(self, wk, size):
+        """The bucket's update is done: its skipped parameters are skipped only once."""
+        if self.skip:
+            self.skip.difference_update(i for i, _, _ in self.slots.get(wk) or [(wk, 0, size)])
+
     def _slot_ranges(self, wk, size):
-        return [(b, e) for _, b, e in self.slots.get(wk) or [(wk, 0, size)]]
+        return [(b, e) for _, b, e in self._updated(wk, size)]
 
     def _runs(self, wk, size):
         """Consecutive parameters of a bucket with the same multipliers: (first state id, begin,
-        end). One run per bucket unless lr_mult / wd_mult differ."""
+        end). One run per bucket unless lr_mult / wd_mult differ (or a skipped one is between)."""
         runs = []
-        for i, b, e in self.slots.get(wk) or [(wk, 0, size)]:
+        for i, b, e in self._updated(wk, size):
             if runs and self.multipliers.get(i) == self.multipliers.get(runs[-1][0]) and runs[-1][2] == b:
                 runs[-1][2] = e
             else:
@@ -364,10 +378,12 @@ class ServerState:
         from mxnet import ndarray as nd
         opt = self.optimizer
         if not self._plain_sgd(wk, weight, grad.dtype):
-            ids = [i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]]
+            ids = [i for i, _, _ in self._updated(wk, weight.size)]
             slots = self._slot_ranges(wk, weight.size)
-            self.updater(ids, self._views(grad, slots), self._views(weight, slots))
+            if ids:
+                self.updater(ids, self._views(grad, slots), self._views(weight, slots))
             weight.wait_to_read()
+            self._skipped(wk, weight.size)
             return
         runs = self._sgd_runs(wk, weight.size)
         ranges = [(b, e) for b, e, _, _ in runs]
@@ -382,6 +398,7 @@ class ServerState:
             else:
                 nd.sgd_update(weights[r], grads[r], out=weights[r], **kwargs)
         weight.wait_to_read()
+        self._skipped(wk, weight.size)
 
     def _plain_sgd(self, wk, weight, grad_dtype):
         """Whether the update is MXNet's own SGD kernel (with or without momentum), which the
@@ -396,7 +413,7 @@ class ServerState:
         update: learning-rate schedules read it), then the bucket's runs with their rates:
         [(begin, end, lr, wd)]."""
         opt = self.optimizer
-        opt._update_count([i for i, _, _ in self.slots.get(wk) or [(wk, 0, 0)]])
+        opt._update_count([i for i, _, _ in self._updated(wk, size)])
         return [(b, e, opt._get_lrs([first])[0], opt._get_wds([first])[0]) for first, b, e in self._runs(wk, size)]
 
     def _flat_momentum(self, wk, weight):
@@ -436,6 +453,7 @@ class ServerState:
             mom = self._flat_momentum(wk, weight) if opt.momentum > 0 else None
             codec.decode_sgd(wire, weight, mom, n, threshold, self._sgd_runs(wk, n), opt.momentum,
                              opt.rescale_grad, opt.clip_gradient or None)
+            self._skipped(wk, n)
         else:
             if pk not in self._decoded:
                 self._decoded[pk] = nd.zeros((n,), ctx=weight.context)

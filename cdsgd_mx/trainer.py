@@ -96,8 +96,10 @@ class Trainer(gluon.Trainer):
                     for d in data:
                         if not d._fresh_grad:
                             raise UserWarning(STALE % (p.name, d.context))
+            # fresh only if backward wrote it on every device of this worker
+            stale = [i for (i, _), data in zip(pushed, arrays) if not all(d._fresh_grad for d in data)]
             self._cdsgd.pushpull([i for i, _ in pushed], [p.list_grad() for _, p in pushed],
-                                 out=[p.list_data() for _, p in pushed])
+                                 out=[p.list_data() for _, p in pushed], stale=stale if ignore_stale_grad else None)
             self._cdsgd.finish_step()
             for data in arrays:  # as gluon does when the workers update: the next backward makes them fresh
                 for d in data:

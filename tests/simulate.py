@@ -21,14 +21,17 @@ def delayed(alg, t, n):
 
 
 def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch, poisoned=(),
-             wd=0.0, mults=None, mults_from=0):
+             wd=0.0, mults=None, mults_from=0, stale=None):
     """init: list of arrays; grad_fn(x, rank, s, index) for data step s. Returns (x per rank, W)
     per parameter. poisoned: (rank, s) pairs where that worker's gradient is non-finite under
     nonfinite='skip': data step s is dropped on every worker, as if its batch never came (no
     push, no local or global update, residuals and the schedule's step counter unchanged).
     wd, mults {index: (lr_mult, wd_mult)}: the global optimizer's weight decay and gluon's
     per-parameter multipliers, in effect from data step mults_from on, for the global update and
-    the local one (whose optimizer has no weight decay)."""
+    the local one (whose optimizer has no weight decay). stale(r, s, i): worker r's gradient of
+    parameter i is stale at data step s (gluon's ignore_stale_grad=True): it contributes zero;
+    a parameter stale on every worker is not in the step at all (W, momentum, residuals
+    unchanged; x(t+1) = W(t) on a delayed step, W on the others)."""
     f32 = np.float32
     rescale = f32(1.0 / batch)
     local_rescale = f32(local_lr) * rescale
@@ -45,6 +48,12 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
         comp = compressed(alg, t, n, k)
         for i in range(P):
             grads = [grad_fn(x[r][i], r, s, i) for r in range(workers)]
+            if stale is not None:
+                if all(stale(r, s, i) for r in range(workers)):
+                    for r in range(workers):
+                        x[r][i] = W[i].copy()
+                    continue
+                grads = [np.zeros_like(g) if stale(r, s, i) else g for r, g in enumerate(grads)]
             total = np.zeros(W[i].size, f32)  # sums of 1/64-grid values and +-t: exact in any order
             for r in range(workers):
                 g = grads[r].reshape(-1)

@@ -12,6 +12,7 @@ mx = pytest.importorskip("mxnet")
 import cdsgd_mx  # noqa: E402
 from cdsgd_mx import buckets, codec, protocol  # noqa: E402
 from cdsgd_mx.server import ServerState  # noqa: E402
+from cdsgd_mx.bench import mark_fresh  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)
@@ -70,7 +71,8 @@ def _train(alg, bucket_size, steps=7):
         for i, p in enumerate(plist):
             x = p.data().asnumpy()
             p.grad()[:] = np.round((np.cos(x * (i + 3) + t) + 0.2 * x) * 64) / 64
-        tr.step(1, ignore_stale_grad=True)
+        mark_fresh(tr)  # the gradients were written by hand
+        tr.step(1)
     tr.wait_all()
     return tr, plist, [p.data().asnumpy() for p in plist], [tr.kvstore.global_weights(i).asnumpy() for i in range(len(plist))]
 
@@ -111,7 +113,8 @@ def test_gradients_are_bound_to_the_buckets_and_each_step_works_per_bucket(monke
     for t in range(1, 5):  # warm-up 2, k 3: steps 1..4 push fp32, fp32 (correction), codes, codes
         for p in plist:
             p.grad()[:] = 0.5
-        tr.step(1, ignore_stale_grad=True)
+        mark_fresh(tr)  # the gradients were written by hand
+        tr.step(1)
     tr.wait_all()
     assert calls["quantize"] == calls["push_payload"] == 2 * n_buckets
     assert calls["push"] == 2 * n_buckets and calls["pull"] == 4 * n_buckets

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from cdsgd_mx.bench import mark_fresh  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,7 +69,8 @@ def test_lr_mult_zero_freezes_exactly_that_parameter_in_one_process(alg):
     for t in range(6):
         for i, p in enumerate(plist):
             p.grad()[:] = 0.0 if i == 2 else 1.0
-        tr.step(1, ignore_stale_grad=True)
+        mark_fresh(tr)  # the gradients were written by hand
+        tr.step(1)
     tr.wait_all()
     data = [p.data().asnumpy() for p in plist]
     glob = [tr.kvstore.global_weights(i).asnumpy() for i in range(len(plist))]
@@ -117,7 +119,8 @@ def test_the_local_rate_follows_the_global_schedule():
         rates = []
         for t in range(7):
             p.grad()[:] = 1.0
-            tr.step(1, ignore_stale_grad=True)
+            mark_fresh(tr)  # the gradients were written by hand
+            tr.step(1)
             rates.append(tr.local_learning_rate)
         tr.wait_all()
         ref = mx.lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1)
@@ -132,12 +135,14 @@ def test_a_new_batch_size_rescales_both_optimizers_in_one_process(alg):
     import numpy as np
     p, tr = _one_param(alg, opt={"learning_rate": 1.0})
     p.grad()[:] = 8.0
-    tr.step(4, ignore_stale_grad=True)
+    mark_fresh(tr)  # the gradients were written by hand
+    tr.step(4)
     tr.wait_all()
     w1 = tr.kvstore.global_weights(0).asnumpy()
     np.testing.assert_allclose(w1, -2.0)  # W -= 1.0 * 8 / 4
     p.grad()[:] = 8.0
-    tr.step(8, ignore_stale_grad=True)
+    mark_fresh(tr)  # the gradients were written by hand
+    tr.step(8)
     tr.wait_all()
     np.testing.assert_allclose(tr.kvstore.global_weights(0).asnumpy(), -3.0)  # W -= 1.0 * 8 / 8
     assert tr.kvstore._local_optimizer.rescale_grad == 1 / 8
@@ -170,7 +175,8 @@ def test_the_local_rate_schedule_resumes_where_it_was(tmp_path):
         rates = []
         for _ in range(steps):
             p.grad()[:] = 1.0
-            tr.step(1, ignore_stale_grad=True)
+            mark_fresh(tr)  # the gradients were written by hand
+            tr.step(1)
             rates.append(tr.local_learning_rate)
         tr.wait_all()
         return rates

@@ -141,25 +141,50 @@ def test_ssgd_honours_per_parameter_multipliers_like_stock_gluon(tmp_path):
             assert not np.allclose(W_plain[i], W[i], atol=1e-4)
 
 
+def simulation_args(wd):
+    """The simulation's settings of a 2-worker job of engine_worker under CFG."""
+    return dict(workers=2, steps=STEPS, n=WARMUP, k=K, threshold=T, grad_fn=grad_fn, lr=CFG["lr"],
+                momentum=CFG["momentum"], local_lr=CFG["local_lr"], batch=CFG["batch"], wd=wd,
+                init=[init_value(i, s) for i, s in enumerate(SHAPES)])
+
+
+def matches_simulation(tmp_path, alg, cfg, sim, **rules):
+    """A 2-worker, 2-server job of engine_worker with config cfg ends with the simulation's x
+    on each rank and W (returned) under the extra rules."""
+    xs, W = simulate(alg, **sim, **rules)
+    ours = launch(tmp_path / "ours", 2, 2, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP),
+                  "--k", str(K), "--config", json.dumps(cfg))
+    for i in range(len(SHAPES)):
+        for r in range(2):
+            np.testing.assert_allclose(ours[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(ours[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+    return W
+
+
 @pytest.mark.parametrize("alg", ["ssgd", "cdsgd"])
 def test_multipliers_changed_mid_training_take_effect_from_the_next_step(tmp_path, alg):
     """lr_mult / wd_mult set before step 4 of 9 on both workers (as unfreezing a layer after N
     epochs does): from step 4 on, the servers and the local optimizer use them, as stock gluon
     does when the workers update (issue 26: they were silently ignored)."""
     wd, mults, at = 0.05, {1: (2.0, 1.0), 2: (1.0, 3.0), 3: (1.0, 0.0)}, 4
-    cfg = json.dumps(dict(CFG, mults=True, mults_at=at, wd=wd))
-    init = [init_value(i, s) for i, s in enumerate(SHAPES)]
-    sim = dict(workers=2, steps=STEPS, n=WARMUP, k=K, threshold=T, init=init, grad_fn=grad_fn, lr=CFG["lr"],
-               momentum=CFG["momentum"], local_lr=CFG["local_lr"], batch=CFG["batch"], wd=wd)
-    xs, W = simulate(alg, mults=mults, mults_from=at, **sim)
-    ours = launch(tmp_path / "ours", 2, 2, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP),
-                  "--k", str(K), "--config", cfg)
-    for i in range(len(SHAPES)):
-        for r in range(2):
-            np.testing.assert_allclose(ours[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(ours[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+    sim = simulation_args(wd)
+    W = matches_simulation(tmp_path, alg, dict(CFG, mults=True, mults_at=at, wd=wd), sim, mults=mults, mults_from=at)
     for other in (simulate(alg, mults={}, **sim)[1], simulate(alg, mults=mults, **sim)[1]):  # never / from the start
         assert not all(np.allclose(other[i], W[i], atol=1e-4) for i in (1, 2, 3))
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
+def test_stale_gradients_follow_gluons_rule_when_workers_disagree(tmp_path, alg):
+    """ignore_stale_grad=True with branches not taken (issue 26): rank 1 alone has no fresh
+    gradient of p2 at odd steps (it contributes nothing; rank 0's alone is applied), and no
+    worker has one of p3 at steps 1, 5 and 6 (no update at all: no momentum, no decay, no local
+    step, the residual kept). Their old gradients stay in place and must not be pushed again."""
+    stale = [[1, t, 2] for t in range(1, STEPS, 2)] + [[-1, t, 3] for t in (1, 5, 6)]
+    rule = lambda r, s, i: [r, s, i] in stale or [-1, s, i] in stale  # noqa: E731
+    sim = simulation_args(0.05)
+    W = matches_simulation(tmp_path, alg, dict(CFG, stale=stale, wd=0.05), sim, stale=rule)
+    pushed_again = simulate(alg, **sim)[1]  # what treating them as fresh would give
+    assert not np.allclose(pushed_again[2], W[2], atol=1e-4) and not np.allclose(pushed_again[3], W[3], atol=1e-4)
 
 
 def test_bitsgd_equals_mxnet_2bit_compression(tmp_path):

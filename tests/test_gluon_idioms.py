@@ -195,3 +195,36 @@ def test_multipliers_hold_after_load_states(tmp_path, alg):
     np.testing.assert_array_equal(plist[1].data().asnumpy(), frozen)
     np.testing.assert_array_equal(tr.kvstore.global_weights(1).asnumpy(), frozen)
     assert not np.allclose(plist[0].data().asnumpy(), make_params()[1][0].data().asnumpy())
+
+
+def test_ignore_stale_grad_skips_a_branch_not_taken_as_stock_gluon_does():
+    """A branch (p2) used only on even steps, step(bs, ignore_stale_grad=True): p2 gets no
+    update on odd steps (no momentum, no weight decay), the others train; the weights equal
+    stock gluon's at every step (they once differed by up to 14x)."""
+    def steps(make_trainer):
+        params, plist = make_params()
+        tr = make_trainer(params)
+        history = []
+        for t in range(8):
+            backward(plist, t, used=[0, 1, 2, 3] if t % 2 == 0 else [0, 1, 3])
+            tr.step(2, ignore_stale_grad=True)
+            history.append(weights(plist))
+        return history
+    ours, stock = steps(our_trainer), steps(stock_trainer)
+    for t in range(8):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(ours[t][i], stock[t][i], rtol=1e-6, atol=1e-7, err_msg="step %d p%d" % (t, i))
+    np.testing.assert_array_equal(stock[3][2], stock[2][2])  # an odd step: p2 did not move, momentum or not
+    assert not np.array_equal(stock[4][2], stock[3][2])
+
+
+def test_a_skip_a_stateful_local_optimizer_cannot_follow_stops_naming_the_parameter():
+    params, plist = make_params()
+    tr = our_trainer(params, "cdsgd", k=2, local_optimizer_params={"momentum": 0.9})
+    for t in range(3):
+        backward(plist, t)
+        tr.step(1, ignore_stale_grad=True)
+    backward(plist, 3, used=[0, 1, 3])
+    with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^parameter p2: no worker has a fresh gradient at step 3 "
+                                                           r"\(ignore_stale_grad=True\), and the local optimizer 'sgd'"):
+        tr.step(1, ignore_stale_grad=True)

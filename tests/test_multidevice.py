@@ -18,6 +18,7 @@ from test_engine import CFG, K, STEPS, T, WARMUP, finish, start  # noqa: E402
 from workers.engine_worker import SHAPES, device_grad, init_value, summed_grad  # noqa: E402
 
 import cdsgd_mx  # noqa: E402
+from cdsgd_mx.bench import mark_fresh  # noqa: E402
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
@@ -126,7 +127,8 @@ def train(plist, tr, steps):
         for i, p in enumerate(plist):
             for d, ctx in enumerate(DEVICES):
                 p.grad(ctx)[:] = device_grad(p.data(ctx).asnumpy(), 0, t, i, d)
-        tr.step(CFG["batch"], ignore_stale_grad=True)
+        mark_fresh(tr)  # the gradients were written by hand
+        tr.step(CFG["batch"])
     tr.wait_all()
 
 
@@ -222,7 +224,8 @@ def test_a_non_finite_gradient_on_another_device_is_caught():
             p.grad(ctx)[:] = 0.1
     plist[2].grad(DEVICES[1])[:] = np.nan
     with pytest.raises(FloatingPointError, match="non-finite gradient in parameter p2 at step 0"):
-        tr.step(1, ignore_stale_grad=True)
+        mark_fresh(tr)  # the gradients were written by hand
+        tr.step(1)
 
 
 def test_the_second_devices_gradients_go_through_a_buffer_made_once():

@@ -13,6 +13,7 @@ from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
 import cdsgd_mx  # noqa: E402
 from cdsgd_mx.kvstore import ConfigError  # noqa: E402
+from cdsgd_mx.bench import mark_fresh  # noqa: E402
 
 
 def make_params(dtype="float32", stype="default"):
@@ -33,7 +34,8 @@ def test_single_process_matches_simulation(alg, kvstore):
     for t in range(9):
         for i, p in enumerate(plist):
             p.grad()[:] = grad_fn(p.data().asnumpy(), 0, t, i)
-        tr.step(4, ignore_stale_grad=True)
+        mark_fresh(tr)  # the gradients were written by hand
+        tr.step(4)
     tr.wait_all()
     xs, W = simulate(alg, 1, 9, 2, 3, 0.5, [init_value(i, s) for i, s in enumerate(SHAPES)], grad_fn,
                      0.25, 0.5, 0.5, 4)
@@ -72,7 +74,8 @@ def test_learning_rates_schedule_together():
                           warmup_steps=0, local_optimizer_params={"learning_rate": 0.8})
     for i, p in enumerate(plist):
         p.grad()[:] = 0
-    tr.step(1, ignore_stale_grad=True)
+    mark_fresh(tr)  # the gradients were written by hand
+    tr.step(1)
     tr.set_learning_rate(0.1)
     assert tr.learning_rate == pytest.approx(0.1)
     assert tr.local_learning_rate == pytest.approx(0.4)  # same factor
@@ -130,7 +133,8 @@ def test_non_finite_gradient_stops_with_the_parameter_and_step():
         p.grad()[:] = 0.1
     plist[2].grad()[:] = np.nan
     with pytest.raises(FloatingPointError, match="non-finite gradient in parameter p2 at step 0"):
-        tr.step(1, ignore_stale_grad=True)
+        mark_fresh(tr)  # the gradients were written by hand
+        tr.step(1)
 
 
 @pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
@@ -140,11 +144,13 @@ def test_non_finite_skip_in_one_process_leaves_weights_and_schedule_alone(alg):
                           warmup_steps=1, k=2, nonfinite="skip")
     for p in plist:
         p.grad()[:] = 0.1
-    tr.step(1, ignore_stale_grad=True)
+    mark_fresh(tr)  # the gradients were written by hand
+    tr.step(1)
     tr.wait_all()
     before = [p.data().asnumpy().copy() for p in plist]
     plist[2].grad()[:] = np.nan
-    tr.step(1, ignore_stale_grad=True)
+    mark_fresh(tr)  # the gradients were written by hand
+    tr.step(1)
     tr.wait_all()
     for p, b in zip(plist, before):
         np.testing.assert_array_equal(p.data().asnumpy(), b)
@@ -152,7 +158,8 @@ def test_non_finite_skip_in_one_process_leaves_weights_and_schedule_alone(alg):
     assert sorted(tr.kvstore.bytes_by_step) == [0]
     for p in plist:
         p.grad()[:] = 1.0  # above the threshold: the compressed step moves the weights
-    tr.step(1, ignore_stale_grad=True)
+    mark_fresh(tr)  # the gradients were written by hand
+    tr.step(1)
     tr.wait_all()
     assert sorted(tr.kvstore.bytes_by_step) == [0, 1]  # the schedule's step 1 is the third call
     assert all(np.all(np.isfinite(p.data().asnumpy())) for p in plist)

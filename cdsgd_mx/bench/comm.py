@@ -40,6 +40,7 @@ import sys
 import time
 
 from ..launch import RATE_RE, netns_prelude, netns_unavailable
+from . import mark_fresh
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd"]
 EXTRA_SYSTEMS = ["paired"]   # asked for by name; printed under the table
@@ -126,7 +127,8 @@ def worker(args):
             if args.system == "paired":  # S-SGD's round on even steps, BIT-SGD's on odd ones
                 ours = trainer.kvstore
                 ours.schedule.begin(ours.steps_done, ("ssgd", "bitsgd")[ours.steps_done % 2])
-            trainer.step(BATCH, ignore_stale_grad=True)
+            mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
+            trainer.step(BATCH)
             mx.nd.waitall()
 
     pushed = lambda: trainer.kvstore.bytes_pushed if args.system in OUR_JOBS else 0
@@ -151,7 +153,8 @@ def worker(args):
     if args.system == "cdsgd":  # delayed: back-to-back steps, waited once at the end
         t0 = time.perf_counter()
         for _ in range(args.rounds):
-            trainer.step(BATCH, ignore_stale_grad=True)
+            mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
+            trainer.step(BATCH)
         trainer.kvstore.wait_all()
         mx.nd.waitall()
         ms = 1e3 * (time.perf_counter() - t0) / args.rounds

@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import time
+from . import mark_fresh
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
 COMM_ROUNDS = 4  # --interleaved: rounds of each kind alone per cycle (phi, psi + delta)
@@ -101,7 +102,8 @@ def worker(args):
             if p.grad_req != "null":  # BatchNorm's running statistics have no gradient
                 p.grad()[:] = 0
         for it in range(args.iterations):
-            trainer.step(args.batch, ignore_stale_grad=True)
+            mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
+            trainer.step(args.batch)
             mx.nd.waitall()
             stamps.append(time.perf_counter())
     for it in range(0 if args.comm_only else args.iterations):
@@ -151,7 +153,8 @@ def interleaved(args, net, trainer, fwd_bwd):
     def comm_round(algorithm):
         schedule.begin(kv.steps_done, algorithm)
         t0 = time.perf_counter()
-        trainer.step(args.batch, ignore_stale_grad=True)
+        mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
+        trainer.step(args.batch)
         mx.nd.waitall()
         return 1e3 * (time.perf_counter() - t0)
 

@@ -33,7 +33,8 @@ def step(params, tr, t):
     for i, p in enumerate(params.values()):
         x = p.data().asnumpy()
         p.grad()[:] = np.round((0.3 * x + np.sin(np.arange(x.size) + 7 * t + i).reshape(x.shape)) * 64) / 64
-    tr.step(1, ignore_stale_grad=True)
+        p.data()._fresh_grad = True  # as backward would
+    tr.step(1)
 
 
 def state(params, tr):

@@ -147,13 +147,15 @@ def main():
         if cfg.get("mults") and t == cfg.get("mults_at"):  # changed mid-training, before step t
             set_mults()
         for i, p in enumerate(plist):
+            if [rank, t, i] in cfg.get("stale", []) or [-1, t, i] in cfg.get("stale", []):
+                continue  # no backward reached it: its old gradient stays, not fresh (-1: every rank)
             for d, ctx in enumerate(contexts):  # from each device's own weights: all must be updated
                 g = device_grad(p.data(ctx).asnumpy(), rank, t, i, d, stable=cfg.get("stable", False))
                 if [rank, t] in cfg.get("nan_at", []) and i == 1:
                     g[0, 0] = np.nan  # a non-finite gradient in one parameter of this worker
                 p.grad(ctx)[:] = g
                 p.data(ctx)._fresh_grad = True  # as backward would: gluon's local update skips stale ones
-        trainer.step(batch, ignore_stale_grad=True)
+        trainer.step(batch, ignore_stale_grad=bool(cfg.get("stale")))
     if args.mode in ("stock", "stock_local"):
         mx.nd.waitall()
         rank = trainer._kvstore.rank

@@ -44,7 +44,8 @@ def main():
     rank = trainer.kvstore.rank
     for t in range(args.steps):
         w.grad()[:] = np.random.RandomState(t).randn(1000).astype(np.float32)
-        trainer.step(1, ignore_stale_grad=True)
+        w.data()._fresh_grad = True  # as backward would
+        trainer.step(1)
         trainer.wait_all()
         print("rank %d step %d" % (rank, t), flush=True)
         if t == 3 and args.fault == "corrupt" and rank == 0:
