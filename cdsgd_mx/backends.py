@@ -30,10 +30,12 @@ def _exit_on_uncaught_exception():
     sys.excepthook = hook
 
 
-def _registration(buckets, threshold, compressing):
+def _registration(buckets, threshold, compressing, aggregate=False):
     """The servers' register command: each bucket's parameters (slots: state id, range in the
-    weight key, lr_mult, wd_mult) and, when compressing, its payload key."""
+    weight key, lr_mult, wd_mult), when compressing its payload key, and with aggregate the
+    weight keys that from now on hold the workers' summed gradient (the workers update)."""
     return {"op": "register", "weights": [b.weight_key for b in buckets] if compressing else [],
+            "sum": [b.weight_key for b in buckets] if aggregate else [],
             "slots": {str(b.weight_key): [[s.state_id, s.offset - b.offset, s.offset - b.offset + s.size,
                                            s.lr_mult, s.wd_mult] for s in b.slots] for b in buckets},
             "payloads": {str(b.payload_key): [b.weight_key, b.size, threshold] for b in buckets} if compressing else {}}
@@ -238,11 +240,11 @@ class DistBackend:
         with heartbeat.waiting("the barrier after command %r" % msg.get("op")):
             self.kv._barrier()
 
-    def register(self, buckets, threshold, compressing):
+    def register(self, buckets, threshold, compressing, aggregate=False):
         """Tell the servers which parameters each bucket holds and, when compressing, which
         payload key decodes into which weight, then run the registration round: a zero push
         to every weight key, which the server only records (a payload update needs it)."""
-        self.command(_registration(buckets, threshold, compressing))
+        self.command(_registration(buckets, threshold, compressing, aggregate))
         for b in buckets:
             self.wires[b.weight_key] = b.comm_wire
         if not compressing:
@@ -430,8 +432,8 @@ class LocalBackend:
     def tally(self, key, value):
         return np.asarray(value, np.float32)
 
-    def register(self, buckets, threshold, compressing):
-        msg = _registration(buckets, threshold, compressing)
+    def register(self, buckets, threshold, compressing, aggregate=False):
+        msg = _registration(buckets, threshold, compressing, aggregate)
         msg["weights"] = []  # no registration round: the weights are at hand
         self.server.command(msg)
         for b in buckets:

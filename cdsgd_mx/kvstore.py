@@ -48,8 +48,18 @@ KVSTORE_TYPES = ("dist_sync", "local")
 LAUNCH_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 
 
+AGGREGATE_CHECKPOINT = ("save_states/load_states with update_on_kvstore=False (the workers update) are not supported "
+                        "yet: checkpoint a job whose servers update (update_on_kvstore=None)")
+
+
 class ConfigError(ValueError):
     """A bad argument: the message names it and the allowed values."""
+
+
+AGGREGATE_DELAYED = ("the workers cannot update (update_on_kvstore=False, allreduce_grads()/update()) with "
+                     "algorithm=%r: its local update of step t runs before step t's summed gradient exists (the "
+                     "overlap it is made for), so there is no sum to hand back; use algorithm 'ssgd' or 'bitsgd', "
+                     "or clip on the servers with optimizer_params={'clip_gradient': C}")
 
 
 NONFINITE_POLICIES = ("error", "skip")
@@ -112,12 +122,18 @@ class CDSGD(KVStoreBase):
     bucket_size: values per fused bucket (default 2^20; docs/performance.md has the
         measurements behind it). The parameters of one broadcast() call are fused; pushpull
         must then hand them over together, every step.
+    aggregate: the servers only sum the gradients and pushpull's out gets the sum (gluon's
+        update_on_kvstore=False: the workers update, e.g. after clipping the sum); 'ssgd'
+        (fp32) or 'bitsgd' (2-bit codes with error feedback, decoded and summed on the servers)
     """
 
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
                  local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error",
-                 bucket_size=bucketing.DEFAULT_BUCKET_SIZE):
+                 bucket_size=bucketing.DEFAULT_BUCKET_SIZE, aggregate=False):
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size)
+        if aggregate and algorithm in DELAYED:
+            raise ConfigError(AGGREGATE_DELAYED % algorithm)
+        self.aggregate = bool(aggregate)
         self.nonfinite = nonfinite
         self.skipped_steps = []  # nonfinite='skip': the steps (pushpull calls) dropped on every worker
         self._vote_open = False
@@ -272,7 +288,7 @@ class CDSGD(KVStoreBase):
         if out is None:
             raise ValueError("pushpull needs out= (the parameters' weights): the optimizer runs on the servers")
         keys, grads, outs = _as_lists(key, value, out)
-        if self._optimizer is None:
+        if self._optimizer is None and not self.aggregate:
             raise RuntimeError("set_optimizer() must be called before pushpull()")
         sets = []
         for k in keys:
@@ -302,9 +318,11 @@ class CDSGD(KVStoreBase):
                 bset.zero_grad([k for k in bset.keys if k in set(stale)])
         if self._apply_nonfinite_policy(sets, step):
             return
-        self._follow_global()
-        self._follow_multipliers(sets, step)
-        held = self._stale_everywhere(sets, stale, step) if stale is not None else {}
+        held = {}
+        if not self.aggregate:  # (aggregate: the workers' own optimizer does all this)
+            self._follow_global()
+            self._follow_multipliers(sets, step)
+            held = self._stale_everywhere(sets, stale, step) if stale is not None else {}
         self._updates += 1
         for bset in sets:
             t = bset.t
@@ -323,6 +341,8 @@ class CDSGD(KVStoreBase):
         {"epoch": 3}). Every worker calls it at the same step. If any node cannot write its
         file, every worker raises checkpoint.SaveError naming the paths and errnos, the new
         set's files are removed, and the last complete set stays what FNAME names."""
+        if self.aggregate:
+            raise ConfigError(AGGREGATE_CHECKPOINT)
         self.wait_all()
         self._ensure_registered()
         fname = os.path.abspath(fname)
@@ -352,6 +372,8 @@ class CDSGD(KVStoreBase):
         wrote) and returns its `extra`. The job must have the same algorithm, k, warm-up,
         threshold, bucket size, numbers of workers and servers, and parameters (names and
         shapes); a missing, damaged or mixed file gives a one-line ValueError on every worker."""
+        if self.aggregate:
+            raise ConfigError(AGGREGATE_CHECKPOINT)
         fname = os.path.abspath(fname)
         manifest = checkpoint.read_manifest(fname)
         sid = manifest["id"]
@@ -564,9 +586,9 @@ class CDSGD(KVStoreBase):
         names = json.dumps(list(self.param_names or []))
         layout = json.dumps([bset.layout() for bset in self._sets])
         fields = ["algorithm", "k", "warmup_steps", "threshold", "nonfinite", "bucket_size",
-                  "number of parameters", "parameter shapes", "parameter names", "bucket layout"]
+                  "number of parameters", "update_on_kvstore", "parameter shapes", "parameter names", "bucket layout"]
         mine = [ALGORITHMS.index(self.algorithm), self.k, self.warmup_steps, np.float32(self.threshold),
-                NONFINITE_POLICIES.index(self.nonfinite), self.bucket_size, len(self._set_of)] + \
+                NONFINITE_POLICIES.index(self.nonfinite), self.bucket_size, len(self._set_of), not self.aggregate] + \
                [zlib.crc32(x.encode()) & 0xFFFF for x in (shapes, names, layout)]
         rows = self._backend.gather_rows(protocol.CONFIG_KEY, np.array(mine, np.float32))
         problems = []
@@ -575,7 +597,7 @@ class CDSGD(KVStoreBase):
             if np.any(values != values[0]):
                 shown = [ALGORITHMS[int(v)] if i == 0 else NONFINITE_POLICIES[int(v)] if i == 4
                          else float(v) if i == 3 else int(v) for v in values]
-                if i >= 7:
+                if i >= 8:
                     problems.append("%s differ" % field)
                 else:
                     problems.append("%s is %s" % (field, ", ".join("%r on rank %d" % (v, r) for r, v in enumerate(shown))))
@@ -707,11 +729,12 @@ class CDSGD(KVStoreBase):
             self._check_agreement()
             self._agreed = True
         for bset in self._sets[self._registered:]:
-            bset.set_multipliers(lambda key: _multipliers(self._optimizer, key))
-            self._local_multipliers(bset)
+            if not self.aggregate:
+                bset.set_multipliers(lambda key: _multipliers(self._optimizer, key))
+                self._local_multipliers(bset)
         new = [b for bset in self._sets[self._registered:] for b in bset.buckets]
         if new:
-            self._backend.register(new, self.threshold, self.algorithm in COMPRESSING)
+            self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)
         self._registered = len(self._sets)
 
     def _local_multipliers(self, bset):
@@ -846,7 +869,11 @@ class CDSGD(KVStoreBase):
         """End of a Trainer step: let the communication thread finish this step's rounds; wait
         only if some were synchronous (their rounds must be ready before the next forward)."""
         flush = self._comm.flush()
-        if self._sync_sets:
+        if self._sync_sets and self.aggregate:  # out is the gradient a resent round would read: wait first
+            self._comm.wait(flush)
+            for bset in self._sync_sets:
+                bset.scatter("comm")
+        elif self._sync_sets:
             resent = self.resent
             self._comm.wait_issued(flush)
             for bset in self._sync_sets:  # the engine orders the copies after the pulls

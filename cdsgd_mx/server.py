@@ -100,6 +100,7 @@ class ServerState:
         self.slots = {}           # weight key -> [(state id, begin, end)]: the bucket's parameters
         self.multipliers = {}     # state id -> (lr_mult, wd_mult) of its parameter
         self.skip = set()         # state ids whose next update is skipped: no worker had a fresh gradient
+        self.summing = set()      # weight keys that hold the workers' summed gradient (the workers update)
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
         self.to_register = set()  # weight keys whose next update only records the weight
@@ -140,6 +141,7 @@ class ServerState:
                 self.multipliers.update((int(i), (float(lr), float(wd))) for i, _, _, lr, wd in slots)
             self._apply_multipliers()
             self.to_register.update(int(k) for k in msg["weights"])
+            self.summing.update(int(k) for k in msg.get("sum", []))
         elif msg["op"] == "multipliers":  # changed during training: from the next update on
             self.multipliers.update((int(i), (float(lr), float(wd))) for i, lr, wd in msg["slots"])
             self._apply_multipliers()
@@ -193,6 +195,8 @@ class ServerState:
         elif key in self.to_register:
             self.to_register.discard(key)
             self.weights[key] = whole if self.region else weight  # registration round: record only
+        elif key in self.summing:  # the workers update: they pull the sum
+            weight[:] = grad
         else:
             self.apply_gradient(key, weight, grad)
         (whole if self.region else weight).wait_to_read()  # pulls read the store without waiting for the engine
@@ -329,9 +333,10 @@ class ServerState:
         except Exception as e:
             raise checkpoint.Damaged("checkpoint file %s is missing, corrupted or truncated: %s"
                                      % (path, checkpoint.oneline(e))) from None
-        self.set_optimizer(optimizer)
+        if optimizer is not None:  # none where the workers update (aggregate)
+            self.set_optimizer(optimizer)
         self._momentum = {}  # rebuilt from the restored states at the next update
-        for k, v in states.items():
+        for k, v in states.items() if self.updater else ():
             self.updater.states[k] = v
             self.updater.states_synced[k] = True
 
@@ -445,7 +450,13 @@ class ServerState:
         width = codec.packed_size(n) + (auth.TAG_FLOATS if self.region else 0)  # the codes, then the tag
         if wire.shape[1] != width:
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], width))
-        if self._plain_sgd(wk, weight, np.float32):
+        if wk in self.summing:  # the workers update: they pull the decoded sum
+            if pk not in self._decoded:
+                self._decoded[pk] = nd.zeros((n,), ctx=weight.context)
+            codec.decode_sum(wire, self._decoded[pk], threshold)
+            weight[0:n] = self._decoded[pk]
+            weight.wait_to_read()
+        elif self._plain_sgd(wk, weight, np.float32):
             # one native pass: every worker's row decoded and summed chunk by chunk in cache, and
             # SGD's step taken from it (tags skipped), bit for bit what decode_sum and MXNet's
             # own kernel give; the decoded gradient is never stored

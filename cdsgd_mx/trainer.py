@@ -7,7 +7,8 @@
     ... loss.backward(); trainer.step(batch_size)
 
 Same methods as gluon.Trainer. The global optimizer (name + optimizer_params) runs on the
-servers; the local optimizer (plain SGD by default, at the global learning rate unless
+servers (with update_on_kvstore=False, algorithm 'ssgd' or 'bitsgd': the servers only sum and
+the workers update, so allreduce_grads() -> clipping -> update() works as in gluon); the local optimizer (plain SGD by default, at the global learning rate unless
 local_optimizer_params says otherwise) steps loc_buf in odsgd/cdsgd. With kvstore='local' or
 None the same semantics run in one process (N = 1, no parameter server).
 """
@@ -18,9 +19,8 @@ from .buckets import DEFAULT_BUCKET_SIZE
 from .kvstore import CDSGD, ConfigError, check_config, check_learning_rate
 
 DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few hundred at most
-NO_WORKER_UPDATE = ("%s: the global optimizer runs on the servers; to clip gradients pass "
-                    "optimizer_params={'clip_gradient': C} (each value of the summed, rescaled gradient clipped "
-                    "to [-C, C] on the servers)")
+NO_WORKER_UPDATE = ("%s (the workers update; algorithm 'ssgd' or 'bitsgd'): with update_on_kvstore=None the "
+                    "global optimizer runs on the servers, and clipping is optimizer_params={'clip_gradient': C}")
 
 
 STALE = ("Gradient of Parameter `%s` on context %s has not been updated by backward since last `step`: "
@@ -47,8 +47,7 @@ class Trainer(gluon.Trainer):
                 check_learning_rate(name + "['learning_rate']", given["learning_rate"])
         if compression_params:
             raise ConfigError("compression_params: use algorithm='bitsgd' or 'cdsgd' and threshold= instead")
-        if update_on_kvstore is False:
-            raise ConfigError(NO_WORKER_UPDATE % "update_on_kvstore must be True or None")
+        aggregate = update_on_kvstore is False  # the servers sum, the workers update (gluon's meaning)
         plist = list(params.values()) if hasattr(params, "values") else list(params)
         for p in plist:
             if p._stype != "default" or getattr(p, "_grad_stype", "default") != "default":
@@ -58,10 +57,10 @@ class Trainer(gluon.Trainer):
         self._cdsgd = CDSGD(algorithm=algorithm, k=k, warmup_steps=warmup_steps, threshold=threshold,
                             kvstore=kvstore if kvstore is not None else "local", local_optimizer=local_optimizer,
                             local_optimizer_params=local_optimizer_params, trace=trace,
-                            nonfinite=nonfinite, bucket_size=bucket_size)
+                            nonfinite=nonfinite, bucket_size=bucket_size, aggregate=aggregate)
         self._cdsgd.driven_by_trainer = True
         self._cdsgd.param_names = [p.name for p in plist]
-        super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=True)
+        super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=not aggregate)
         check_learning_rate("the optimizer's learning_rate", self._optimizer.learning_rate)
         self._steps = 0
 
@@ -87,6 +86,10 @@ class Trainer(gluon.Trainer):
 
     def step(self, batch_size, ignore_stale_grad=False):
         """gluon's step, with every parameter's round handed to the kvstore in one call."""
+        if self._cdsgd.aggregate:  # the workers update: gluon's own step, through our allreduce
+            self.allreduce_grads()
+            self.update(batch_size, ignore_stale_grad)
+            return
         with self._cdsgd.tracer.span("step", step=self._steps):
             self._initialize(batch_size)
             pushed = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
@@ -107,10 +110,27 @@ class Trainer(gluon.Trainer):
         self._steps += 1
 
     def allreduce_grads(self):
-        raise ConfigError(NO_WORKER_UPDATE % "allreduce_grads() then update() is not supported")
+        """update_on_kvstore=False: every parameter's gradient becomes the sum over all workers
+        (and devices), as gluon's allreduce_grads does: S-SGD sums fp32 gradients, BIT-SGD the
+        decoded 2-bit codes of gradient + residual (error feedback stays on each worker)."""
+        if not self._cdsgd.aggregate:
+            raise ConfigError(NO_WORKER_UPDATE % "allreduce_grads() then update() needs update_on_kvstore=False")
+        with self._cdsgd.tracer.span("allreduce", step=self._steps):
+            if not self._kv_initialized:
+                self._init_kvstore()
+            if self._params_to_init:
+                self._init_params()
+            pushed = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
+            grads = [p.list_grad() for _, p in pushed]
+            self._cdsgd.pushpull([i for i, _ in pushed], grads, out=grads)
+            self._cdsgd.finish_step()
+        self._steps += 1
 
     def update(self, batch_size, ignore_stale_grad=False):
-        raise ConfigError(NO_WORKER_UPDATE % "allreduce_grads() then update() is not supported")
+        """update_on_kvstore=False: gluon's update on the workers, from the summed gradients."""
+        if not self._cdsgd.aggregate:
+            raise ConfigError(NO_WORKER_UPDATE % "allreduce_grads() then update() needs update_on_kvstore=False")
+        super().update(batch_size, ignore_stale_grad)
 
     def _initialize(self, batch_size):
         """What gluon's step does first: the kvstore and the parameters on the servers."""
@@ -152,6 +172,9 @@ class Trainer(gluon.Trainer):
         check_learning_rate("lr", lr)
         if local_lr is not None:
             check_learning_rate("local_lr", local_lr)
+        if self._cdsgd.aggregate:  # the workers' optimizer is the only one
+            self._optimizer.set_learning_rate(lr)
+            return
         if not self._kv_initialized:
             # before the first step nothing is on the servers yet: set_optimizer will carry it
             ratio = lr / self._optimizer.learning_rate if self._optimizer.learning_rate else 1.0

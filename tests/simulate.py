@@ -21,7 +21,7 @@ def delayed(alg, t, n):
 
 
 def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch, poisoned=(),
-             wd=0.0, mults=None, mults_from=0, stale=None):
+             wd=0.0, mults=None, mults_from=0, stale=None, clip_norm=None):
     """init: list of arrays; grad_fn(x, rank, s, index) for data step s. Returns (x per rank, W)
     per parameter. poisoned: (rank, s) pairs where that worker's gradient is non-finite under
     nonfinite='skip': data step s is dropped on every worker, as if its batch never came (no
@@ -31,7 +31,9 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
     the local one (whose optimizer has no weight decay). stale(r, s, i): worker r's gradient of
     parameter i is stale at data step s (gluon's ignore_stale_grad=True): it contributes zero;
     a parameter stale on every worker is not in the step at all (W, momentum, residuals
-    unchanged; x(t+1) = W(t) on a delayed step, W on the others)."""
+    unchanged; x(t+1) = W(t) on a delayed step, W on the others). clip_norm: the summed gradients
+    of all parameters scaled by min(1, clip_norm / (their global 2-norm + 1e-8)) before the
+    update (gluon's clip_global_norm between allreduce_grads and update)."""
     f32 = np.float32
     rescale = f32(1.0 / batch)
     local_rescale = f32(local_lr) * rescale
@@ -46,23 +48,33 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
         if s in dropped:
             continue
         comp = compressed(alg, t, n, k)
+        grads, totals = [None] * P, [None] * P  # this step's gradients and their sums, then the updates
         for i in range(P):
-            grads = [grad_fn(x[r][i], r, s, i) for r in range(workers)]
+            grads[i] = [grad_fn(x[r][i], r, s, i) for r in range(workers)]
             if stale is not None:
                 if all(stale(r, s, i) for r in range(workers)):
-                    for r in range(workers):
-                        x[r][i] = W[i].copy()
                     continue
-                grads = [np.zeros_like(g) if stale(r, s, i) else g for r, g in enumerate(grads)]
+                grads[i] = [np.zeros_like(g) if stale(r, s, i) else g for r, g in enumerate(grads[i])]
             total = np.zeros(W[i].size, f32)  # sums of 1/64-grid values and +-t: exact in any order
             for r in range(workers):
-                g = grads[r].reshape(-1)
+                g = grads[i][r].reshape(-1)
                 if comp:
                     packed, res[r][i] = ref.quantize(g, res[r][i], threshold)
                     total += ref.dequantize(packed, g.size, threshold)
                 else:
                     total += g
-            total = total.reshape(W[i].shape)
+            totals[i] = total.reshape(W[i].shape)
+        if clip_norm is not None:
+            norm = np.sqrt(sum(float(np.dot(a.reshape(-1).astype(np.float64), a.reshape(-1))) for a in totals
+                               if a is not None))
+            scale = f32(min(1.0, clip_norm / (norm + 1e-8)))
+            totals = [None if a is None else a * scale for a in totals]
+        for i in range(P):
+            if totals[i] is None:  # stale on every worker: not in the step
+                for r in range(workers):
+                    x[r][i] = W[i].copy()
+                continue
+            total = totals[i]
             W_t = W[i]
             # float32, in the order of MXNet's sgd_mom_update kernel: the multiplied rate and
             # decay reach it as float32 parameters
@@ -72,7 +84,7 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
             W_next = W_t + mom[i]
             for r in range(workers):
                 if delayed(alg, t, n):
-                    x[r][i] = W_t - (local_rescale if lr_mult == 1.0 else f32(local_lr * lr_mult) * rescale) * grads[r]
+                    x[r][i] = W_t - (local_rescale if lr_mult == 1.0 else f32(local_lr * lr_mult) * rescale) * grads[i][r]
                 else:
                     x[r][i] = W_next.copy()
             W[i] = W_next

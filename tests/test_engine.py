@@ -187,6 +187,17 @@ def test_stale_gradients_follow_gluons_rule_when_workers_disagree(tmp_path, alg)
     assert not np.allclose(pushed_again[2], W[2], atol=1e-4) and not np.allclose(pushed_again[3], W[3], atol=1e-4)
 
 
+@pytest.mark.parametrize("alg", ["ssgd", "bitsgd"])
+def test_allreduce_clip_update_on_the_workers_matches_the_simulation(tmp_path, alg):
+    """update_on_kvstore=False (issue 26): allreduce_grads() hands every worker the summed
+    gradient (fp32, or BIT-SGD's decoded codes with each worker's error feedback), gluon's
+    clip_global_norm scales it, update() runs SGD on the workers: both workers end with the
+    simulation's weights, which clipping changed."""
+    sim = simulation_args(0.05)
+    W = matches_simulation(tmp_path, alg, dict(CFG, clip=5.0, wd=0.05), sim, clip_norm=5.0)
+    assert not np.allclose(simulate(alg, **sim)[1][2], W[2], atol=1e-4)
+
+
 def test_bitsgd_equals_mxnet_2bit_compression(tmp_path):
     ours = launch(tmp_path / "ours", 2, 1, "--algorithm", "bitsgd", "--steps", "8", "--warmup", "0")
     theirs = launch(tmp_path / "mx", 2, 1, "--mode", "mxnet2bit", "--steps", "8", stock_server=True)

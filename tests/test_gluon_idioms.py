@@ -145,15 +145,17 @@ def test_a_stale_gradient_raises_before_anything_is_pushed():
         stock.step(1)
 
 
-def test_clipping_through_allreduce_grads_and_update_is_one_line_naming_clip_gradient():
+def test_allreduce_grads_without_update_on_kvstore_false_says_what_to_pass():
+    """Not a circle (gluon's own assertion said to set update_on_kvstore=False, which we then
+    refused): one line naming update_on_kvstore=False and the algorithms that take it."""
     params, plist = make_params()
     tr = our_trainer(params)
     backward(plist, 0)
     for call in (tr.allreduce_grads, lambda: tr.update(1)):
         with pytest.raises(cdsgd_mx.kvstore.ConfigError) as e:
             call()
-        assert str(e.value).startswith("allreduce_grads() then update() is not supported: the global optimizer runs "
-                                       "on the servers; to clip gradients pass optimizer_params={'clip_gradient': C}")
+        assert str(e.value).startswith("allreduce_grads() then update() needs update_on_kvstore=False (the workers "
+                                       "update; algorithm 'ssgd' or 'bitsgd')")
         assert "\n" not in str(e.value)
 
 
@@ -228,3 +230,50 @@ def test_a_skip_a_stateful_local_optimizer_cannot_follow_stops_naming_the_parame
     with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^parameter p2: no worker has a fresh gradient at step 3 "
                                                            r"\(ignore_stale_grad=True\), and the local optimizer 'sgd'"):
         tr.step(1, ignore_stale_grad=True)
+
+
+def clipped_run(make_trainer, steps=6, max_norm=1.0):
+    """allreduce_grads(); clip_global_norm(the summed gradients); update(): gluon-nlp's way."""
+    params, plist = make_params()
+    tr = make_trainer(params)
+    history = []
+    for t in range(steps):
+        backward(plist, t)
+        tr.allreduce_grads()
+        gluon.utils.clip_global_norm([p.grad() for p in plist], max_norm)
+        tr.update(2)
+        history.append(weights(plist))
+    return history
+
+
+def test_allreduce_clip_update_matches_stock_gluon():
+    ours = clipped_run(lambda p: our_trainer(p, "ssgd", update_on_kvstore=False))
+    stock = clipped_run(lambda p: gluon.Trainer(p, "sgd", dict(OPT), kvstore="local", update_on_kvstore=False))
+    for t in range(6):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(ours[t][i], stock[t][i], rtol=1e-6, atol=1e-7, err_msg="step %d p%d" % (t, i))
+    unclipped = run(stock_trainer, 6)
+    assert not np.allclose(unclipped[-1][0], stock[-1][0], atol=1e-4)  # the clip changed something
+
+
+def test_bitsgd_with_workers_updating_equals_bitsgd_on_the_servers_without_clipping():
+    """update_on_kvstore=False with BIT-SGD: the servers hand back the decoded sum of the codes
+    and the workers' SGD applies it: without clipping, the same weights as BIT-SGD's servers."""
+    def workers_update(params):
+        return our_trainer(params, "bitsgd", threshold=0.3, update_on_kvstore=False)
+    ours = run(workers_update, 6)
+    servers = run(lambda p: our_trainer(p, "bitsgd", threshold=0.3), 6)
+    for i in range(len(SHAPES)):
+        np.testing.assert_allclose(ours[-1][i], servers[-1][i], rtol=1e-6, atol=1e-6)
+    fp32 = run(lambda p: our_trainer(p, "ssgd"), 6)
+    assert not np.allclose(fp32[-1][0], servers[-1][0], atol=1e-4)  # 2-bit codes, not fp32
+
+
+def test_workers_updating_refuse_checkpoints_in_one_line(tmp_path):
+    params, plist = make_params()
+    tr = our_trainer(params, "ssgd", update_on_kvstore=False)
+    backward(plist, 0)
+    tr.step(1)
+    with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^save_states/load_states with update_on_kvstore=False"):
+        tr.save_states(str(tmp_path / "c.states"))
+    assert not list(tmp_path.iterdir())

@@ -97,7 +97,10 @@ def test_learning_rates_schedule_together():
     ({"kvstore": "nccl"}, "kvstore must be one of dist_sync, local, None or an existing mx.kv.create('dist_sync') store, got 'nccl'"),
     ({"kvstore": "LOCALSTORE"}, "kvstore must be one of dist_sync, local, None or an existing mx.kv.create('dist_sync') store, got <mxnet.kvstore.kvstore.KVStore"),
     ({"compression_params": {"type": "2bit"}}, "compression_params: use algorithm="),
-    ({"update_on_kvstore": False}, "update_on_kvstore must be True or None"),
+    ({"update_on_kvstore": False}, "the workers cannot update (update_on_kvstore=False, allreduce_grads()/update()) "
+                                   "with algorithm='cdsgd': its local update of step t runs before"),
+    ({"update_on_kvstore": False, "algorithm": "odsgd"}, "the workers cannot update (update_on_kvstore=False, "
+                                                         "allreduce_grads()/update()) with algorithm='odsgd'"),
 ])
 def test_bad_arguments_give_one_clear_error(kwargs, message):
     params, _ = make_params()

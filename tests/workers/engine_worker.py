@@ -7,6 +7,8 @@ decisions do not hinge on float rounding). Modes:
   stock     gluon.Trainer with kvstore='dist_sync' (S-SGD reference)
   stock_local  the same with update_on_kvstore=False (workers update; honours lr_mult/wd_mult)
   mxnet2bit kv.push/kv.pull with MXNet's own 2-bit compression (BIT-SGD reference)
+Config "clip": C runs cdsgd mode with update_on_kvstore=False, the workers updating:
+allreduce_grads(), gluon's clip_global_norm(gradients, C), update() (gluon-nlp's clipping).
 Config "devices": D puts every parameter on cpu(0) .. cpu(D-1), each device with its own
 gradient (device_grad: another batch share), as ctx=[mx.gpu(i) ...] would; a list gives each
 rank its own count (cdsgd mode).
@@ -128,7 +130,8 @@ def main():
                                    warmup_steps=args.warmup,
                                    threshold=args.threshold, trace=cfg.get("trace"),
                                    nonfinite=cfg.get("nonfinite", "error"),
-                                   local_optimizer_params={"learning_rate": cfg.get("local_lr", 0.5)})
+                                   local_optimizer_params={"learning_rate": cfg.get("local_lr", 0.5)},
+                                   update_on_kvstore=False if cfg.get("clip") else None)
         rank = trainer.kvstore.rank
     first = 0
     if args.resume_at is not None:
@@ -155,6 +158,11 @@ def main():
                     g[0, 0] = np.nan  # a non-finite gradient in one parameter of this worker
                 p.grad(ctx)[:] = g
                 p.data(ctx)._fresh_grad = True  # as backward would: gluon's local update skips stale ones
+        if cfg.get("clip"):  # the workers update: the summed gradients clipped to a global norm first
+            trainer.allreduce_grads()
+            gluon.utils.clip_global_norm([p.grad() for p in plist], cfg["clip"])
+            trainer.update(batch)
+            continue
         trainer.step(batch, ignore_stale_grad=bool(cfg.get("stale")))
     if args.mode in ("stock", "stock_local"):
         mx.nd.waitall()
@@ -165,7 +173,8 @@ def main():
     kv = trainer.kvstore
     kv.wait_all()
     xs = [p.data().asnumpy() for p in plist]
-    ws = [kv.global_weights(i).asnumpy() for i in range(len(plist))]
+    # (where the workers update, the servers hold the last summed gradient, not weights)
+    ws = xs if cfg.get("clip") else [kv.global_weights(i).asnumpy() for i in range(len(plist))]
     extra = dict(device_weights(plist, contexts), device_path=np.array(all(s.device is not None for s in kv._sets)))
     save(args.out, kv.rank, xs, ws, kv.bytes_by_step,
          expected=[kv.push_bytes_of_step(t) for t in sorted(kv.bytes_by_step)], devices=extra)
