@@ -218,6 +218,7 @@ class CDSGD(KVStoreBase):
         self._local_optimizer = mx.optimizer.create(self._local_name, **params)
         self._local_updater = mx.optimizer.get_updater(self._local_optimizer)
         self._rates = (optimizer.learning_rate, self._local_optimizer.learning_rate)  # at the start
+        self._sent = _hyper_parameters(optimizer)  # what the servers' optimizer has
         for bset in self._sets[:self._registered]:
             self._local_multipliers(bset)
 
@@ -390,6 +391,7 @@ class CDSGD(KVStoreBase):
         self._restore(worker)
         if self._optimizer is not None:
             self._optimizer = self._backend_optimizer(fname, sid)
+            self._sent = _hyper_parameters(self._optimizer)
         mx.nd.waitall()
         self._prune(fname, sid)
         return manifest["extra"]
@@ -642,6 +644,13 @@ class CDSGD(KVStoreBase):
         schedule the local rate scaled by the same factor as the servers' rate at this update
         (the servers count one update per step)."""
         opt, local = self._optimizer, self._local_optimizer
+        now = _hyper_parameters(opt)
+        if now != self._sent:  # e.g. trainer.optimizer.wd = 0: the servers would never see it
+            changed = sorted(k for k in set(now) | set(self._sent) if now.get(k) != self._sent.get(k))
+            raise ConfigError("the optimizer's %s changed during training (%s): the servers' optimizer is set when "
+                              "training starts and only its learning rate follows (set_learning_rate); set the others "
+                              "before the first step" % (", ".join(changed), ", ".join(
+                                  "%r -> %r" % (self._sent.get(k), now.get(k)) for k in changed)))
         local.rescale_grad = opt.rescale_grad
         self._backend.follow_rescale(opt.rescale_grad)
         if opt.lr_scheduler is not None:
@@ -1000,6 +1009,11 @@ def _optimizer_summary(opt):
         elif isinstance(v, (int, float, np.integer, np.floating)):
             summary[k] = float(v)
     return json.loads(json.dumps(summary))
+
+
+def _hyper_parameters(opt):
+    """The optimizer's settings other than its learning rate (which set_learning_rate sends)."""
+    return {k: v for k, v in _optimizer_summary(opt).items() if k != "learning_rate"}
 
 
 def _name_difference(there, here):

@@ -86,6 +86,7 @@ class Trainer(gluon.Trainer):
 
     def step(self, batch_size, ignore_stale_grad=False):
         """gluon's step, with every parameter's round handed to the kvstore in one call."""
+        self._no_amp()
         if self._cdsgd.aggregate:  # the workers update: gluon's own step, through our allreduce
             self.allreduce_grads()
             self.update(batch_size, ignore_stale_grad)
@@ -115,6 +116,7 @@ class Trainer(gluon.Trainer):
         decoded 2-bit codes of gradient + residual (error feedback stays on each worker)."""
         if not self._cdsgd.aggregate:
             raise ConfigError(NO_WORKER_UPDATE % "allreduce_grads() then update() needs update_on_kvstore=False")
+        self._no_amp()
         with self._cdsgd.tracer.span("allreduce", step=self._steps):
             if not self._kv_initialized:
                 self._init_kvstore()
@@ -131,6 +133,15 @@ class Trainer(gluon.Trainer):
         if not self._cdsgd.aggregate:
             raise ConfigError(NO_WORKER_UPDATE % "allreduce_grads() then update() needs update_on_kvstore=False")
         super().update(batch_size, ignore_stale_grad)
+
+    def _no_amp(self):
+        """AMP's dynamic loss scaling (amp.init_trainer) changes the gradients' scale every few
+        steps and skips overflowing steps on each worker alone: not supported, said before
+        anything is pushed."""
+        if getattr(self, "_amp_loss_scaler", None) is not None:
+            raise ConfigError("AMP's dynamic loss scaling (amp.init_trainer) is not supported: its loss scale changes "
+                              "rescale_grad every few steps and skips overflowing steps on each worker alone; train "
+                              "in float32 without amp.init_trainer")
 
     def _initialize(self, batch_size):
         """What gluon's step does first: the kvstore and the parameters on the servers."""

@@ -277,3 +277,35 @@ def test_workers_updating_refuse_checkpoints_in_one_line(tmp_path):
     with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^save_states/load_states with update_on_kvstore=False"):
         tr.save_states(str(tmp_path / "c.states"))
     assert not list(tmp_path.iterdir())
+
+
+def test_setting_the_optimizers_other_settings_mid_training_stops_in_one_line():
+    """trainer.optimizer.wd = 0 after training started would never reach the servers: stop,
+    naming the setting (the learning rate goes through set_learning_rate and works)."""
+    params, plist = make_params()
+    tr = our_trainer(params, "cdsgd", k=2)
+    backward(plist, 0)
+    tr.step(1)
+    tr.set_learning_rate(0.05)  # this one follows
+    backward(plist, 1)
+    tr.step(1)
+    tr.optimizer.wd = 0.0
+    backward(plist, 2)
+    with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^the optimizer's wd changed during training "
+                                                           r"\(0\.01 -> 0\.0\): the servers' optimizer is set"):
+        tr.step(1)
+
+
+def test_amp_loss_scaling_is_refused_in_one_line():
+    """amp.init_trainer, run in a fresh process (amp.init() changes MXNet for the process)."""
+    import subprocess
+    import sys
+    # (no forward: float16 layers need cuDNN; the refusal comes before anything is pushed)
+    code = ("import mxnet as mx, cdsgd_mx\nfrom mxnet.contrib import amp\nfrom cdsgd_mx.bench import mark_fresh\n"
+            "amp.init()\nparams = mx.gluon.ParameterDict(); params.get('w', shape=(3,)); params.initialize()\n"
+            "tr = cdsgd_mx.Trainer(params, 'sgd', {'learning_rate': 0.1}, kvstore='local')\n"
+            "amp.init_trainer(tr)\nmark_fresh(tr)\n"
+            "try:\n    tr.step(1)\nexcept cdsgd_mx.kvstore.ConfigError as e:\n    print('REFUSED', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "REFUSED AMP's dynamic loss scaling (amp.init_trainer) is not supported" in proc.stdout, \
+        proc.stdout + proc.stderr[-2000:]
