@@ -43,6 +43,6 @@ def __getattr__(name):  # MXNet loads only when the engine is used, not for the 
         from .kvstore import CDSGD
         return CDSGD
     if name == "ConfigError":
-        from .kvstore import ConfigError
+        from .config import ConfigError
         return ConfigError
     raise AttributeError("module 'cdsgd_mx' has no attribute %r" % name)

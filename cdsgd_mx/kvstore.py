@@ -40,68 +40,12 @@ from . import buckets as bucketing
 from . import auth, checkpoint, codec, heartbeat, optimizer_spec, protocol
 from .backends import MAX_RESENDS, DistBackend, LocalBackend, dropped
 from .comm import CommError, Communicator
+from .config import (AGGREGATE_CHECKPOINT, LAUNCH_VARIABLES, NONFINITE_POLICIES, ConfigError,
+                     check_config, check_learning_rate, existing_dist_sync)
 from .schedule import ALGORITHMS, COMPRESSING, DELAYED, Schedule
 from .trace import Tracer
 
 CHECKPOINT_FORMAT = checkpoint.FORMAT  # 3: all-or-nothing sets; 2: fused buckets; 1: one set of keys per parameter
-KVSTORE_TYPES = ("dist_sync", "local")
-LAUNCH_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
-
-
-AGGREGATE_CHECKPOINT = ("save_states/load_states with update_on_kvstore=False (the workers update) are not supported "
-                        "yet: checkpoint a job whose servers update (update_on_kvstore=None)")
-
-
-class ConfigError(ValueError):
-    """A bad argument: the message names it and the allowed values."""
-
-
-AGGREGATE_DELAYED = ("the workers cannot update (update_on_kvstore=False, allreduce_grads()/update()) with "
-                     "algorithm=%r: its local update of step t runs before step t's summed gradient exists (the "
-                     "overlap it is made for), so there is no sum to hand back; use algorithm 'ssgd' or 'bitsgd', "
-                     "or clip on the servers with optimizer_params={'clip_gradient': C}")
-
-
-NONFINITE_POLICIES = ("error", "skip")
-
-
-def _existing_dist_sync(kvstore):
-    """An MXNet dist_sync store the script made itself (e.g. for its rank before building its
-    data loaders): cdsgd wraps it, since a second dist kvstore in one process would hang."""
-    return isinstance(kvstore, mx.kvstore.KVStore) and kvstore.type == "dist_sync"
-
-
-def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error",
-                 bucket_size=bucketing.DEFAULT_BUCKET_SIZE):
-    if algorithm not in ALGORITHMS:
-        raise ConfigError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError("k must be an integer >= 1, got %r" % (k,))
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
-        raise ConfigError("warmup_steps must be an integer >= 0, got %r" % (warmup_steps,))
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
-            or not np.isfinite(threshold) or threshold <= 0 or not np.isfinite(np.float32(threshold)):
-        raise ConfigError("threshold must be a finite number > 0 (as float32), got %r" % (threshold,))
-    if kvstore is not None and not _existing_dist_sync(kvstore) and kvstore not in KVSTORE_TYPES:
-        raise ConfigError("kvstore must be one of %s, None or an existing mx.kv.create('dist_sync') store, got %r"
-                          % (", ".join(KVSTORE_TYPES), kvstore))
-    if nonfinite not in NONFINITE_POLICIES:
-        raise ConfigError("nonfinite must be one of %s, got %r" % (", ".join(NONFINITE_POLICIES), nonfinite))
-    if isinstance(bucket_size, bool) or not isinstance(bucket_size, (int, np.integer)) or bucket_size < 1:
-        raise ConfigError("bucket_size must be an integer >= 1 (values per bucket), got %r" % (bucket_size,))
-    bound = os.environ.get("MXNET_KVSTORE_BIGARRAY_BOUND")
-    if bound is not None and not (bound.strip().isdigit() and int(bound) > 0):
-        # MXNet would take 0 or less as 1-element chunks: a distributed job 100x slower
-        raise ConfigError("MXNET_KVSTORE_BIGARRAY_BOUND must be an integer > 0 (elements), got %r" % (bound,))
-
-
-def check_learning_rate(name, lr):
-    """A learning rate must be a finite number >= 0 (NaN would fail inside MXNet at step 0)."""
-    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(lr) or lr < 0:
-        raise ConfigError("%s must be a finite number >= 0, got %r" % (name, lr))
-
-
 @KVStoreBase.register
 class CDSGD(KVStoreBase):
     """KVStore running S-SGD, BIT-SGD, OD-SGD or CD-SGD on MXNet's parameter server.
@@ -130,9 +74,7 @@ class CDSGD(KVStoreBase):
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
                  local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error",
                  bucket_size=bucketing.DEFAULT_BUCKET_SIZE, aggregate=False):
-        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size)
-        if aggregate and algorithm in DELAYED:
-            raise ConfigError(AGGREGATE_DELAYED % algorithm)
+        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate)
         self.aggregate = bool(aggregate)
         self.nonfinite = nonfinite
         self.skipped_steps = []  # nonfinite='skip': the steps (pushpull calls) dropped on every worker
@@ -143,7 +85,7 @@ class CDSGD(KVStoreBase):
         self.threshold = float(threshold)
         self.bucket_size = int(bucket_size)
         self.schedule = Schedule(algorithm, self.warmup_steps, self.k)
-        existing = _existing_dist_sync(kvstore)
+        existing = existing_dist_sync(kvstore)
         if kvstore == "dist_sync" and not existing:
             missing = [v for v in LAUNCH_VARIABLES if not os.environ.get(v)]
             if missing:  # MXNet would abort the process (Check notnull: DMLC_NUM_WORKER)

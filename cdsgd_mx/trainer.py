@@ -16,7 +16,8 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from .buckets import DEFAULT_BUCKET_SIZE
-from .kvstore import CDSGD, ConfigError, check_config, check_learning_rate
+from .config import ConfigError, check_config, check_learning_rate
+from .kvstore import CDSGD
 
 DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few hundred at most
 NO_WORKER_UPDATE = ("%s (the workers update; algorithm 'ssgd' or 'bitsgd'): with update_on_kvstore=None the "
@@ -41,13 +42,13 @@ class Trainer(gluon.Trainer):
                  k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",
                  local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None,
                  nonfinite="error", bucket_size=DEFAULT_BUCKET_SIZE):
-        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size)
+        aggregate = update_on_kvstore is False  # the servers sum, the workers update (gluon's meaning)
+        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate)
         for name, given in (("optimizer_params", optimizer_params), ("local_optimizer_params", local_optimizer_params)):
             if isinstance(given, dict) and "learning_rate" in given:
                 check_learning_rate(name + "['learning_rate']", given["learning_rate"])
         if compression_params:
             raise ConfigError("compression_params: use algorithm='bitsgd' or 'cdsgd' and threshold= instead")
-        aggregate = update_on_kvstore is False  # the servers sum, the workers update (gluon's meaning)
         plist = list(params.values()) if hasattr(params, "values") else list(params)
         for p in plist:
             if p._stype != "default" or getattr(p, "_grad_stype", "default") != "default":
