@@ -37,15 +37,14 @@ import numpy as np
 from mxnet.kvstore import KVStoreBase
 
 from . import buckets as bucketing
-from . import auth, checkpoint, codec, heartbeat, optimizer_spec, protocol
+from . import auth, codec, heartbeat, job_checkpoint, optimizer_spec, protocol
 from .backends import MAX_RESENDS, DistBackend, LocalBackend, dropped
 from .comm import CommError, Communicator
-from .config import (AGGREGATE_CHECKPOINT, LAUNCH_VARIABLES, NONFINITE_POLICIES, ConfigError,
-                     check_config, check_learning_rate, existing_dist_sync)
+from .config import LAUNCH_VARIABLES, NONFINITE_POLICIES, ConfigError, check_config, existing_dist_sync
 from .schedule import ALGORITHMS, COMPRESSING, DELAYED, Schedule
 from .trace import Tracer
 
-CHECKPOINT_FORMAT = checkpoint.FORMAT  # 3: all-or-nothing sets; 2: fused buckets; 1: one set of keys per parameter
+CHECKPOINT_FORMAT = job_checkpoint.checkpoint.FORMAT  # 3: all-or-nothing sets; 2: fused buckets; 1: per parameter
 @KVStoreBase.register
 class CDSGD(KVStoreBase):
     """KVStore running S-SGD, BIT-SGD, OD-SGD or CD-SGD on MXNet's parameter server.
@@ -160,7 +159,7 @@ class CDSGD(KVStoreBase):
         self._local_optimizer = mx.optimizer.create(self._local_name, **params)
         self._local_updater = mx.optimizer.get_updater(self._local_optimizer)
         self._rates = (optimizer.learning_rate, self._local_optimizer.learning_rate)  # at the start
-        self._sent = _hyper_parameters(optimizer)  # what the servers' optimizer has
+        self._sent = optimizer_spec.hyper_parameters(optimizer)  # what the servers' optimizer has
         for bset in self._sets[:self._registered]:
             self._local_multipliers(bset)
 
@@ -275,209 +274,16 @@ class CDSGD(KVStoreBase):
             else:
                 self._sync_step(bset, t, held.get(bset, ()))
 
-    # ---- checkpoints (one all-or-nothing set: checkpoint.py) ---------------------------------
+    # ---- checkpoints (one all-or-nothing set across the nodes: job_checkpoint.py) -------------
     def save_optimizer_states(self, fname, dump_optimizer=False, extra=None):
-        """Everything the algorithm depends on, at a step boundary, as one checkpoint set: on
-        each server its global optimizer and states, on each worker the global weights, its own
-        weights, step counters, residuals, comm_buf and local optimizer, and rank 0's manifest
-        (configuration, parameter names, the optimizer, `extra`: a small JSON-able dict such as
-        {"epoch": 3}). Every worker calls it at the same step. If any node cannot write its
-        file, every worker raises checkpoint.SaveError naming the paths and errnos, the new
-        set's files are removed, and the last complete set stays what FNAME names."""
-        if self.aggregate:
-            raise ConfigError(AGGREGATE_CHECKPOINT)
-        self.wait_all()
-        self._ensure_registered()
-        fname = os.path.abspath(fname)
-        token = checkpoint.new_token() if self.rank == 0 else (0, 0)
-        rows, _ = self._backend.exchange([0, 0, token[0], token[1]])  # rank 0's token for everyone
-        sid = checkpoint.save_id(self._calls, rows[0, 2:4])
-        self._backend.command({"op": "save", "path": fname, "id": sid})  # returns once every server wrote
-        path = checkpoint.file_path(fname, sid, "worker%d" % self.rank)
-        own = self._attempt("write", path, lambda: checkpoint.write_file(path, sid, self._worker_state()))
-        failures = self._report(fname, sid, own, "write")  # also the barrier: every file is written
-        if not failures:
-            manifest = self._manifest(fname, sid, extra)
-            own = self._attempt("write", fname, lambda: checkpoint.write_manifest(fname, sid, manifest)) \
-                if self.rank == 0 else (checkpoint.OK, 0, None)
-            failures = self._report(fname, sid, own, "write", manifest=True)
-        if failures:
-            checkpoint.remove_stale(fname, "worker%d" % self.rank, only=sid)
-            if self.rank == 0:
-                checkpoint.remove_stale(fname, "manifest")
-            self._backend.command({"op": "prune", "path": fname, "only": sid})
-            raise checkpoint.SaveError("checkpoint save failed: %s; the last complete checkpoint (what %s names) "
-                                       "stays" % ("; ".join(m for m, _ in failures), fname), failures[0][1])
-        self._prune(fname, sid)
+        """Everything the algorithm depends on, at a step boundary, as one checkpoint set (see
+        job_checkpoint.save); every worker calls it at the same step."""
+        job_checkpoint.save(self, fname, extra)
 
     def load_optimizer_states(self, fname):
-        """Restores the last complete set of checkpoint fname (what save_optimizer_states
-        wrote) and returns its `extra`. The job must have the same algorithm, k, warm-up,
-        threshold, bucket size, numbers of workers and servers, and parameters (names and
-        shapes); a missing, damaged or mixed file gives a one-line ValueError on every worker."""
-        if self.aggregate:
-            raise ConfigError(AGGREGATE_CHECKPOINT)
-        fname = os.path.abspath(fname)
-        manifest = checkpoint.read_manifest(fname)
-        sid = manifest["id"]
-        self._check_manifest(fname, manifest)
-        self.wait_all()
-        self._ensure_registered()
-        path = checkpoint.file_path(fname, sid, "worker%d" % self.rank)
-        worker = {}
-        own = self._attempt("read", path, lambda: worker.update(self._read_worker_file(path, sid)))
-        self._backend.command({"op": "load", "path": fname, "id": sid})
-        failures = self._report(fname, sid, own, "read")
-        if failures:
-            raise ValueError("; ".join(m for m, _ in failures))
-        self._restore(worker)
-        if self._optimizer is not None:
-            self._optimizer = self._backend_optimizer(fname, sid)
-            self._sent = _hyper_parameters(self._optimizer)
-        mx.nd.waitall()
-        self._prune(fname, sid)
-        return manifest["extra"]
-
-    def _worker_state(self):
-        """This worker's file of a checkpoint set (pickle)."""
-        import pickle
-        params = {}
-        for k, bset in self._set_of.items():
-            # x of the first device: every device of this worker holds the same weights
-            params[k] = {"shape": bset.shapes[k], "x": bset.outs[k][0].asnumpy(), "global": self.global_weights(k).asnumpy()}
-        sets = [{"layout": bset.layout(), "t": bset.t, "in_flight": bset.in_flight is not None,
-                 "comm_buf": bset.comm_buf.asnumpy(),
-                 "residual": bset.residual_values()} for bset in self._sets]
-        return pickle.dumps({"config": self._config(), "params": params, "sets": sets, "steps": (self._calls, self._updates),
-                             "local": self._local_updater.get_states(dump_optimizer=True) if self._local_updater else None})
-
-    def _manifest(self, fname, sid, extra):
-        nodes = ["worker%d" % r for r in range(self.num_workers)] + \
-                ["server%d" % s for s in range(self._backend.num_servers)]
-        return {"step": self._calls, "config": self._config(), "extra": extra or {},
-                "param_names": list(self.param_names) if self.param_names else None,
-                "optimizer": _optimizer_summary(self._optimizer) if self._optimizer else None,
-                "files": [os.path.basename(checkpoint.file_path(fname, sid, n)) for n in nodes]}
-
-    def _attempt(self, verb, path, action):
-        """This node's part of a save or load: (code, errno, one-line message or None). Nothing
-        may escape before the report: the other nodes wait for this one's."""
-        try:
-            action()
-            return checkpoint.OK, 0, None
-        except Exception as e:
-            code, errno = checkpoint.result_of(e)
-            message = str(e) if isinstance(e, (checkpoint.Damaged, ValueError)) else \
-                "could not %s %s: %s" % (verb, path, checkpoint.oneline(e))
-            return code, errno, message
-
-    def _report(self, fname, sid, own, verb, manifest=False):
-        """Every node's result (one exchange through the servers): [(message, errno)] of the
-        failures, this worker's first (it knows the details). manifest: rank 0's row is about
-        the manifest, and the servers' part was reported before."""
-        rows, servers = self._backend.exchange([own[0], own[1], 0, 0])
-        failures = [("worker %d: %s" % (self.rank, own[2]), own[1])] if own[0] else []
-        for r, (code, errno) in enumerate(rows[:, :2].astype(int)):
-            if code and r != self.rank:
-                path = fname if manifest else checkpoint.file_path(fname, sid, "worker%d" % r)
-                failures.append(("worker %d: %s" % (r, checkpoint.remote_failure(verb, path, code, errno, sid)), errno))
-        for s, (code, errno) in enumerate(servers.astype(int)):
-            if code and not manifest:
-                path = checkpoint.file_path(fname, sid, "server%d" % s)
-                message = self._backend.server_message(s) or checkpoint.remote_failure(verb, path, code, errno, sid)
-                failures.append(("server %d: %s" % (s, message), errno))
-        return failures
-
-    def _prune(self, fname, sid):
-        """Once every node has its part of set sid: each deletes its own files of other sets
-        (older ones, those of interrupted saves, temp files)."""
-        checkpoint.remove_stale(fname, "worker%d" % self.rank, keep=sid)
-        if self.rank == 0:
-            checkpoint.remove_stale(fname, "manifest")
-        self._backend.command({"op": "prune", "path": fname, "keep": sid})
-
-    def _check_manifest(self, fname, manifest):
-        """What every worker can check from the manifest alone, before any node changes:
-        format and configuration, parameter names; says when the optimizer differs."""
-        try:
-            config, names, saved_opt = dict(manifest["config"]), manifest["param_names"], manifest["optimizer"]
-            manifest["extra"] = dict(manifest["extra"])
-        except Exception:
-            raise checkpoint.Damaged("checkpoint %s is missing, corrupted or truncated: not a manifest" % fname) from None
-        mismatch = {k: (v, config.get(k)) for k, v in self._config().items() if config.get(k) != v}
-        if mismatch:
-            raise ValueError("checkpoint %s was written by another configuration: %s" % (
-                fname, ", ".join("%s=%r here, %r there" % (k, a, b) for k, (a, b) in sorted(mismatch.items()))))
-        if names is not None and self.param_names is not None and list(names) != list(self.param_names):
-            raise ValueError("checkpoint %s holds other parameters: %s; load it into a network whose parameters have "
-                             "the same names" % (fname, _name_difference(list(names), list(self.param_names))))
-        here = _optimizer_summary(self._optimizer) if self._optimizer else None
-        if self.rank == 0 and here and isinstance(saved_opt, dict) and here != saved_opt:
-            differ = ["%s %r there, %r here" % (k, saved_opt.get(k), here.get(k))
-                      for k in sorted(set(here) | set(saved_opt)) if here.get(k) != saved_opt.get(k)]
-            print("cdsgd_mx: the checkpoint's optimizer differs from this script's (%s); restoring the checkpoint's, "
-                  "as gluon's load_states does" % ", ".join(differ), flush=True)
-
-    def _read_worker_file(self, path, sid):
-        """This worker's file of set sid, checked to fit this job (nothing changes yet)."""
-        import pickle
-        body = checkpoint.read_file(path, sid)
-        try:
-            worker = pickle.loads(body)
-            params, sets = worker["params"], worker["sets"]
-            fits = sorted(params) == sorted(self._set_of) and all(
-                tuple(params[k]["shape"]) == tuple(self._set_of[k].shapes[k]) for k in params) \
-                and [s["layout"] for s in sets] == [bset.layout() for bset in self._sets]
-            if not {"steps", "local"} <= set(worker):
-                raise KeyError("steps or local")
-        except Exception as e:
-            raise checkpoint.Damaged("checkpoint file %s is missing, corrupted or truncated: %s"
-                                     % (path, checkpoint.oneline(e))) from None
-        if not fits:
-            raise ValueError("checkpoint file %s holds other parameters (shapes or their buckets differ)" % path)
-        return worker
-
-    def _restore(self, worker):
-        params, sets = worker["params"], worker["sets"]
-        weights = {}
-        for bset in self._sets:
-            flat = np.empty(bset.size, np.float32)
-            for slot in bset.slots:
-                flat[slot.offset:slot.offset + slot.size] = params[slot.key]["global"].reshape(-1)[slot.begin:slot.end]
-            for b in bset.buckets:
-                weights[b.weight_key] = mx.nd.array(flat[b.offset:b.offset + b.size])
-        self._backend.assign(weights)
-        self._calls, self._updates = worker["steps"]  # the local rate's schedule goes on where it was
-        if self._beats:
-            heartbeat.set_resumed(self._calls)  # a restarted job tells the launcher where it resumed
-        for bset, saved in zip(self._sets, sets):
-            bset.t = saved["t"]
-            bset.comm_buf[:] = saved["comm_buf"]
-            for b in bset.buckets:
-                b.sealed_for = None  # the saved proof regions are another job's
-            if saved["residual"] is not None:
-                bset.set_residual(saved["residual"])
-            bset.in_flight = self._comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
-            for k, devices in bset.outs.items():
-                x = mx.nd.array(params[k]["x"])  # this worker's x(t), may differ from W
-                for out in devices:
-                    x.copyto(out)
-        if worker["local"] is not None and self._local_updater is not None:
-            self._local_updater.set_states(worker["local"])
-            self._local_optimizer = self._local_updater.optimizer
-
-    def _backend_optimizer(self, fname, sid):
-        """The global optimizer as restored (gluon reads it back through _updater)."""
-        import pickle
-        if isinstance(self._backend, LocalBackend):
-            # a copy, as a distributed job's workers get: gluon then sets param_dict on it (by
-            # parameter index), which on the server's own object would shadow the multipliers
-            # it keeps by state id
-            return pickle.loads(pickle.dumps(self._backend.server.optimizer))
-        try:
-            return pickle.loads(checkpoint.read_file(checkpoint.file_path(fname, sid, "server0"), sid))["optimizer"]
-        except Exception:
-            return self._optimizer  # servers on other machines: the same settings were sent
+        """Restores the last complete set of checkpoint fname and returns its `extra` (see
+        job_checkpoint.load)."""
+        return job_checkpoint.load(self, fname)
 
     @property
     def _updater(self):
@@ -485,11 +291,6 @@ class CDSGD(KVStoreBase):
         class _View:
             optimizer = self._optimizer
         return _View()
-
-    def _config(self):
-        return {"algorithm": self.algorithm, "k": self.k, "warmup_steps": self.warmup_steps,
-                "threshold": self.threshold, "bucket_size": self.bucket_size, "num_workers": self.num_workers,
-                "num_servers": self._backend.num_servers}
 
     # ---- the algorithm ---------------------------------------------------------------------
     def _slots(self):
@@ -586,7 +387,7 @@ class CDSGD(KVStoreBase):
         schedule the local rate scaled by the same factor as the servers' rate at this update
         (the servers count one update per step)."""
         opt, local = self._optimizer, self._local_optimizer
-        now = _hyper_parameters(opt)
+        now = optimizer_spec.hyper_parameters(opt)
         if now != self._sent:  # e.g. trainer.optimizer.wd = 0: the servers would never see it
             changed = sorted(k for k in set(now) | set(self._sent) if now.get(k) != self._sent.get(k))
             raise ConfigError("the optimizer's %s changed during training (%s): the servers' optimizer is set when "
@@ -934,37 +735,6 @@ def _multipliers(optimizer, key):
     name = optimizer.idx2name.get(key)
     return (optimizer.lr_mult.get(key, optimizer.lr_mult.get(name, 1.0)),
             optimizer.wd_mult.get(key, optimizer.wd_mult.get(name, 1.0)))
-
-
-_NOT_HYPER = ("lr", "num_update", "begin_num_update", "rescale_grad", "aggregate_num")  # counters, per-step values
-
-
-def _optimizer_summary(opt):
-    """The optimizer's name and hyper-parameters (its plain public attributes; the learning
-    rate as the schedule gives it), as JSON gives them back."""
-    summary = {"name": type(opt).__name__.lower(), "learning_rate": float(opt.learning_rate)}
-    for k, v in vars(opt).items():
-        if k.startswith("_") or k in _NOT_HYPER:
-            continue
-        if v is None or isinstance(v, (bool, str)):
-            summary[k] = v
-        elif isinstance(v, (int, float, np.integer, np.floating)):
-            summary[k] = float(v)
-    return json.loads(json.dumps(summary))
-
-
-def _hyper_parameters(opt):
-    """The optimizer's settings other than its learning rate (which set_learning_rate sends)."""
-    return {k: v for k, v in _optimizer_summary(opt).items() if k != "learning_rate"}
-
-
-def _name_difference(there, here):
-    if len(there) != len(here):
-        return "%d parameters there, %d here" % (len(there), len(here))
-    differ = [i for i, (a, b) in enumerate(zip(there, here)) if a != b]
-    i = differ[0]
-    return "parameter %d is %r there, %r here%s" % (
-        i, there[i], here[i], " (and %d more differ)" % (len(differ) - 1) if len(differ) > 1 else "")
 
 
 def _devices(arrays, name):

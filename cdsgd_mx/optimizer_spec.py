@@ -14,6 +14,8 @@ import importlib
 import json
 import math
 
+import numpy as np
+
 _DROPPED = ("param_dict",)  # gluon's Parameters: not picklable state either (Optimizer.__getstate__)
 
 
@@ -104,3 +106,25 @@ def build(spec):
         opt.lr_scheduler = scls.__new__(scls)
         opt.lr_scheduler.__dict__.update(_unplain(sched["state"]))
     return opt
+
+
+_NOT_HYPER = ("lr", "num_update", "begin_num_update", "rescale_grad", "aggregate_num")  # counters, per-step values
+
+
+def summary(opt):
+    """The optimizer's name and hyper-parameters (its plain public attributes; the learning
+    rate as the schedule gives it), as JSON gives them back."""
+    out = {"name": type(opt).__name__.lower(), "learning_rate": float(opt.learning_rate)}
+    for k, v in vars(opt).items():
+        if k.startswith("_") or k in _NOT_HYPER:
+            continue
+        if v is None or isinstance(v, (bool, str)):
+            out[k] = v
+        elif isinstance(v, (int, float, np.integer, np.floating)):
+            out[k] = float(v)
+    return json.loads(json.dumps(out))
+
+
+def hyper_parameters(opt):
+    """The optimizer's settings other than its learning rate (which set_learning_rate sends)."""
+    return {k: v for k, v in summary(opt).items() if k != "learning_rate"}
