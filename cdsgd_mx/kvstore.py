@@ -27,21 +27,19 @@ One step t of pushpull(keys, grads, out=weights) (Algorithm 1, per bucket set):
          communication thread and return: forward/backward of t+1 runs meanwhile.
 """
 import atexit
-import json
 import os
 import sys
-import zlib
 
 import mxnet as mx
 import numpy as np
 from mxnet.kvstore import KVStoreBase
 
 from . import buckets as bucketing
-from . import auth, codec, heartbeat, job_checkpoint, optimizer_spec, protocol
+from . import auth, codec, guards, heartbeat, job_checkpoint, optimizer_spec, protocol
 from .backends import MAX_RESENDS, DistBackend, LocalBackend, dropped
 from .comm import CommError, Communicator
-from .config import LAUNCH_VARIABLES, NONFINITE_POLICIES, ConfigError, check_config, existing_dist_sync
-from .schedule import ALGORITHMS, COMPRESSING, DELAYED, Schedule
+from .config import LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
+from .schedule import COMPRESSING, DELAYED, Schedule
 from .trace import Tracer
 
 CHECKPOINT_FORMAT = job_checkpoint.checkpoint.FORMAT  # 3: all-or-nothing sets; 2: fused buckets; 1: per parameter
@@ -76,8 +74,6 @@ class CDSGD(KVStoreBase):
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate)
         self.aggregate = bool(aggregate)
         self.nonfinite = nonfinite
-        self.skipped_steps = []  # nonfinite='skip': the steps (pushpull calls) dropped on every worker
-        self._vote_open = False
         self.algorithm = algorithm
         self.k = int(k)
         self.warmup_steps = int(warmup_steps)
@@ -97,7 +93,8 @@ class CDSGD(KVStoreBase):
         except auth.SecretError as e:
             raise ConfigError(str(e)) from None
         if isinstance(self._backend, DistBackend):
-            self._check_servers()  # the handshake ran in the backend, before any command
+            guards.check_servers(self._backend)  # the handshake ran in the backend, before any command
+        self._nonfinite = guards.NonfinitePolicy(nonfinite, self._backend, self._names)
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._local_name = local_optimizer
         self._local_params = dict(local_optimizer_params or {})
@@ -132,6 +129,11 @@ class CDSGD(KVStoreBase):
     @property
     def rank(self):
         return self._backend.rank
+
+    @property
+    def skipped_steps(self):
+        """nonfinite='skip': the steps (pushpull calls) dropped on every worker."""
+        return self._nonfinite.skipped_steps
 
     @property
     def num_workers(self):
@@ -258,7 +260,7 @@ class CDSGD(KVStoreBase):
             bset.gather({k: grads[k] for k in bset.keys})
             if stale:
                 bset.zero_grad([k for k in bset.keys if k in set(stale)])
-        if self._apply_nonfinite_policy(sets, step):
+        if self._nonfinite.apply(sets, step, self.tracer):
             return
         held = {}
         if not self.aggregate:  # (aggregate: the workers' own optimizer does all this)
@@ -301,85 +303,11 @@ class CDSGD(KVStoreBase):
         return ", ".join(str(names[k]) if names and isinstance(k, int) and 0 <= k < len(names) else str(k)
                          for k in keys)
 
-    def _check_servers(self):
-        """Before anything else: every server must be ours. MXNet's own server (a script
-        launched with tools/launch.py that forgot serve_if_not_worker(), or a host without
-        cdsgd-mx) accepts every push but ignores our commands, so 2-bit pushes would never
-        reach the weights while the job trains on and exits 0."""
-        answers = sorted(self._backend.answers.items())
-        stock = [s for s, answer in answers if not (answer[:, 1] == protocol.HANDSHAKE_MARK).all()]
-        if stock:
-            raise ConfigError(
-                "server %s answered the start-up handshake as MXNet's own server does, not cdsgd-mx's: start "
-                "the servers with `python -m cdsgd_mx.server` (python -m cdsgd_mx.launch does), or with MXNet's "
-                "tools/launch.py call cdsgd_mx.server.serve_if_not_worker() at the top of the training script, "
-                "and install cdsgd-mx on every server host" % ", ".join(str(s) for s in stock))
-        for s, answer in answers:
-            others = [r for r in range(answer.shape[0]) if answer[r, 0] != 1.0]
-            if others:
-                raise ConfigError(
-                    "server %d holds another job secret than %s: the nodes of one job must come from one launcher "
-                    "run (python -m cdsgd_mx.launch), or all read the same %s" % (
-                        s, "every worker" if len(others) == answer.shape[0]
-                        else "worker rank %s" % ", ".join(map(str, others)), auth.SECRET_FILE))
-
-    def _check_agreement(self):
-        """Before any training: every worker must run the same algorithm, k, warm-up,
-        threshold, bucket size and parameters; a mismatch would silently train something else.
-        Not the number of devices: a worker pushes one summed gradient whatever its devices."""
-        shapes = json.dumps([[k, list(bset.shapes[k])] for bset in self._sets for k in bset.keys])
-        names = json.dumps(list(self.param_names or []))
-        layout = json.dumps([bset.layout() for bset in self._sets])
-        fields = ["algorithm", "k", "warmup_steps", "threshold", "nonfinite", "bucket_size",
-                  "number of parameters", "update_on_kvstore", "parameter shapes", "parameter names", "bucket layout"]
-        mine = [ALGORITHMS.index(self.algorithm), self.k, self.warmup_steps, np.float32(self.threshold),
-                NONFINITE_POLICIES.index(self.nonfinite), self.bucket_size, len(self._set_of), not self.aggregate] + \
-               [zlib.crc32(x.encode()) & 0xFFFF for x in (shapes, names, layout)]
-        rows = self._backend.gather_rows(protocol.CONFIG_KEY, np.array(mine, np.float32))
-        problems = []
-        for i, field in enumerate(fields):
-            values = rows[:, i]
-            if np.any(values != values[0]):
-                shown = [ALGORITHMS[int(v)] if i == 0 else NONFINITE_POLICIES[int(v)] if i == 4
-                         else float(v) if i == 3 else int(v) for v in values]
-                if i >= 8:
-                    problems.append("%s differ" % field)
-                else:
-                    problems.append("%s is %s" % (field, ", ".join("%r on rank %d" % (v, r) for r, v in enumerate(shown))))
-        if problems:
-            raise ConfigError("workers disagree on the configuration: " + "; ".join(problems))
-
-    def _apply_nonfinite_policy(self, sets, step):
-        """The non-finite policy on this step's gathered gradients, before anything is pushed
-        or any weight moves. Returns True when the step must be skipped (policy 'skip': some
-        worker's gradient is not finite; every worker gets the same answer)."""
-        with self.tracer.span("check gradients", step=step):
-            bad = sum(bset.count_nonfinite() for bset in sets)  # one pass per set, waits for backward
-        first = None
-        if bad:
-            for bset in sets:
-                k, n = bset.first_nonfinite()
-                if k is not None:
-                    first = "parameter %s at step %d (%d values)" % (self._names([k]), step, n)
-                    break
-        if self.nonfinite == "error":
-            if first:
-                raise FloatingPointError("non-finite gradient in " + first)
-            return False
-        # 'skip': the workers vote; a step is dropped everywhere or nowhere
-        if not self._vote_open:
-            self._backend.open_tally(protocol.VOTE_KEY, self.num_workers)
-            self._vote_open = True
-        mine = np.zeros(self.num_workers, np.float32)
-        mine[self.rank] = min(bad, 1 << 20)  # exact in float32
-        votes = self._backend.tally(protocol.VOTE_KEY, mine)
-        if not votes.any():
-            return False
-        self.skipped_steps.append(step)
-        print("cdsgd_mx: step %d skipped on every worker: non-finite gradient on rank %s%s"
-              % (step, ", ".join(str(r) for r in np.flatnonzero(votes)),
-                 " (here: %s)" % first if first else ""), flush=True)
-        return True
+    def _settings(self):
+        """What every worker of the job must agree on (guards.check_agreement)."""
+        return {"algorithm": self.algorithm, "k": self.k, "warmup_steps": self.warmup_steps,
+                "threshold": self.threshold, "nonfinite": self.nonfinite, "bucket_size": self.bucket_size,
+                "aggregate": self.aggregate}
 
     def _follow_global(self):
         """The local optimizer follows the global one, as set_learning_rate does: the same
@@ -478,7 +406,7 @@ class CDSGD(KVStoreBase):
         tell the servers which parameters each bucket holds (and, when compressing, which
         payload key decodes into which weight key)."""
         if not self._agreed:
-            self._check_agreement()
+            guards.check_agreement(self._backend, self._settings(), self._sets, self.param_names)
             self._agreed = True
         for bset in self._sets[self._registered:]:
             if not self.aggregate:
