@@ -89,7 +89,7 @@ def _worker_state(kv):
              "comm_buf": bset.comm_buf.asnumpy(),
              "residual": bset.residual_values()} for bset in kv._sets]
     return pickle.dumps({"config": job_config(kv), "params": params, "sets": sets, "steps": (kv._calls, kv._updates),
-                         "local": kv._local_updater.get_states(dump_optimizer=True) if kv._local_updater else None})
+                         "local": kv.local.get_states()})
 
 
 def _manifest(kv, fname, sid, extra):
@@ -209,9 +209,8 @@ def _restore(kv, worker):
             x = mx.nd.array(params[k]["x"])  # this worker's x(t), may differ from W
             for out in devices:
                 x.copyto(out)
-    if worker["local"] is not None and kv._local_updater is not None:
-        kv._local_updater.set_states(worker["local"])
-        kv._local_optimizer = kv._local_updater.optimizer
+    if worker["local"] is not None and kv.local.bound:
+        kv.local.set_states(worker["local"])
 
 
 def _backend_optimizer(kv, fname, sid):

@@ -39,6 +39,7 @@ from . import auth, codec, guards, heartbeat, job_checkpoint, optimizer_spec, pr
 from .backends import MAX_RESENDS, DistBackend, LocalBackend, dropped
 from .comm import CommError, Communicator
 from .config import LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
+from .local_update import LocalUpdate
 from .schedule import COMPRESSING, DELAYED, Schedule
 from .trace import Tracer
 
@@ -96,11 +97,8 @@ class CDSGD(KVStoreBase):
             guards.check_servers(self._backend)  # the handshake ran in the backend, before any command
         self._nonfinite = guards.NonfinitePolicy(nonfinite, self._backend, self._names)
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
-        self._local_name = local_optimizer
-        self._local_params = dict(local_optimizer_params or {})
         self._optimizer = None
-        self._local_optimizer = None
-        self._local_updater = None
+        self.local = LocalUpdate(local_optimizer, local_optimizer_params)  # eq. 11, bound in set_optimizer
         self._sets = []              # BucketSets, one per broadcast() call
         self._set_of = {}            # parameter key -> its BucketSet
         self._keys = protocol.Keys(self._backend.num_servers)
@@ -155,15 +153,10 @@ class CDSGD(KVStoreBase):
             self._backend.set_optimizer(optimizer)
         except optimizer_spec.SpecError as e:
             raise ConfigError(str(e)) from None
-        params = {"learning_rate": optimizer.learning_rate}
-        params.update(self._local_params)
-        params["rescale_grad"] = optimizer.rescale_grad
-        self._local_optimizer = mx.optimizer.create(self._local_name, **params)
-        self._local_updater = mx.optimizer.get_updater(self._local_optimizer)
-        self._rates = (optimizer.learning_rate, self._local_optimizer.learning_rate)  # at the start
+        self.local.bind(optimizer)
         self._sent = optimizer_spec.hyper_parameters(optimizer)  # what the servers' optimizer has
         for bset in self._sets[:self._registered]:
-            self._local_multipliers(bset)
+            self.local.set_multipliers(bset)
 
     def broadcast(self, key, value, out, priority=0):
         """Initializes parameters on the servers from rank 0's values and pulls them to out.
@@ -314,7 +307,7 @@ class CDSGD(KVStoreBase):
         rescale_grad (gluon sets it from each step's batch size), and under a learning-rate
         schedule the local rate scaled by the same factor as the servers' rate at this update
         (the servers count one update per step)."""
-        opt, local = self._optimizer, self._local_optimizer
+        opt = self._optimizer
         now = optimizer_spec.hyper_parameters(opt)
         if now != self._sent:  # e.g. trainer.optimizer.wd = 0: the servers would never see it
             changed = sorted(k for k in set(now) | set(self._sent) if now.get(k) != self._sent.get(k))
@@ -322,12 +315,8 @@ class CDSGD(KVStoreBase):
                               "training starts and only its learning rate follows (set_learning_rate); set the others "
                               "before the first step" % (", ".join(changed), ", ".join(
                                   "%r -> %r" % (self._sent.get(k), now.get(k)) for k in changed)))
-        local.rescale_grad = opt.rescale_grad
+        self.local.follow(opt, self._updates)
         self._backend.follow_rescale(opt.rescale_grad)
-        if opt.lr_scheduler is not None:
-            global_start, local_start = self._rates
-            now = opt.lr_scheduler(opt.begin_num_update + self._updates + 1)
-            local.set_learning_rate(local_start * (now / global_start if global_start else 1.0))
 
     def _follow_multipliers(self, sets, step):
         """lr_mult / wd_mult changed since they were sent (gluon reads a Parameter's own at every
@@ -351,7 +340,7 @@ class CDSGD(KVStoreBase):
         before = [(s.lr_mult, s.wd_mult) for s in bset.slots]
         runs = [(i, g.shape) for i, g, _ in bset.runs]
         bset.set_multipliers(lambda key: _multipliers(self._optimizer, key))
-        states = self._local_updater.states if self._local_updater is not None else {}
+        states = self.local.updater.states if self.local.bound else {}
         if runs != [(i, g.shape) for i, g, _ in bset.runs] and any(
                 states.get(i) is not None for i, _ in runs):
             moved = [s.key for s, b in zip(bset.slots, before) if (s.lr_mult, s.wd_mult) != b]
@@ -359,9 +348,9 @@ class CDSGD(KVStoreBase):
             raise ConfigError("parameter %s: lr_mult/wd_mult changed at step %d, but the local optimizer %r keeps "
                               "state per run of parameters with equal multipliers; set them before the first step, "
                               "or use the stateless local optimizer (local_optimizer='sgd' without momentum)"
-                              % (self._names(moved[:1]), step, self._local_name))
-        if self._local_optimizer is not None:
-            self._local_multipliers(bset)
+                              % (self._names(moved[:1]), step, self.local.name))
+        if self.local.bound:
+            self.local.set_multipliers(bset)
 
     def _stale_everywhere(self, sets, stale, step):
         """gluon's rule for stale gradients, on every worker alike: a parameter no worker has a
@@ -383,13 +372,12 @@ class CDSGD(KVStoreBase):
         held = {bset: keys for bset, keys in held.items() if keys}
         if not held:
             return {}
-        states = self._local_updater.states if self._local_updater is not None else {}
-        if self.algorithm in DELAYED and any(v is not None for v in states.values()):
+        if self.algorithm in DELAYED and self.local.stateful():
             first = next(iter(held.values()))[0]
             raise ConfigError("parameter %s: no worker has a fresh gradient at step %d (ignore_stale_grad=True), and "
                               "the local optimizer %r keeps state a skipped step would still move; use the stateless "
                               "local optimizer (local_optimizer='sgd' without momentum)"
-                              % (self._names([first]), step, self._local_name))
+                              % (self._names([first]), step, self.local.name))
         self.wait_all()
         self._backend.command({"op": "skip", "ids": [s.state_id for bset, keys in held.items()
                                                      for s in bset.slots if s.key in set(keys)]})
@@ -411,18 +399,11 @@ class CDSGD(KVStoreBase):
         for bset in self._sets[self._registered:]:
             if not self.aggregate:
                 bset.set_multipliers(lambda key: _multipliers(self._optimizer, key))
-                self._local_multipliers(bset)
+                self.local.set_multipliers(bset)
         new = [b for bset in self._sets[self._registered:] for b in bset.buckets]
         if new:
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)
         self._registered = len(self._sets)
-
-    def _local_multipliers(self, bset):
-        """The local optimizer (eq. 11) honours each parameter's multipliers too: it steps a
-        set run by run, each run under its first slot's state id."""
-        for s in bset.slots:
-            self._local_optimizer.lr_mult[s.state_id] = s.lr_mult
-            self._local_optimizer.wd_mult[s.state_id] = s.wd_mult
 
     def _sync_step(self, bset, t, held=()):
         """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weights into
@@ -449,8 +430,7 @@ class CDSGD(KVStoreBase):
             bset.comm_to_loc()                     # the engine orders this after that pull
         with self.tracer.span("local update", step=t):
             restore = bset.hold_loc(held) if held else None
-            for index, grad, loc in bset.runs:
-                self._local_updater(index, grad, loc)  # eq. 11
+            self.local.step(bset)                  # eq. 11
             if restore:
                 restore()
             bset.scatter("loc")
@@ -591,14 +571,14 @@ class CDSGD(KVStoreBase):
         old = self._optimizer.learning_rate
         self._optimizer.set_learning_rate(lr)
         self._backend.set_learning_rate(lr)
-        if self._local_optimizer is not None:
+        if self.local.bound:
             if local_lr is None:
-                local_lr = self._local_optimizer.learning_rate * (lr / old if old else 1.0)
-            self._local_optimizer.set_learning_rate(local_lr)
+                local_lr = self.local.learning_rate * (lr / old if old else 1.0)
+            self.local.set_learning_rate(local_lr)
 
     @property
     def local_learning_rate(self):
-        return self._local_optimizer.learning_rate if self._local_optimizer else None
+        return self.local.learning_rate
 
     def global_weights(self, key):
         """W: the current global weights of parameter `key`, pulled from the servers."""

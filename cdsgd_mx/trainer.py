@@ -191,7 +191,7 @@ class Trainer(gluon.Trainer):
             # before the first step nothing is on the servers yet: set_optimizer will carry it
             ratio = lr / self._optimizer.learning_rate if self._optimizer.learning_rate else 1.0
             self._optimizer.set_learning_rate(lr)
-            params = self._cdsgd._local_params
+            params = self._cdsgd.local.params
             if local_lr is not None:
                 params["learning_rate"] = local_lr
             elif "learning_rate" in params:

@@ -145,7 +145,7 @@ def test_a_new_batch_size_rescales_both_optimizers_in_one_process(alg):
     tr.step(8)
     tr.wait_all()
     np.testing.assert_allclose(tr.kvstore.global_weights(0).asnumpy(), -3.0)  # W -= 1.0 * 8 / 8
-    assert tr.kvstore._local_optimizer.rescale_grad == 1 / 8
+    assert tr.kvstore.local.optimizer.rescale_grad == 1 / 8
     if alg == "odsgd":  # x(2) = W(1) - 1.0 * 8 / 8 (the local step of step 1)
         np.testing.assert_allclose(p.data().asnumpy(), -3.0)
 
