@@ -1,5 +1,6 @@
 """Where a worker's pushes and pulls go: MXNet's parameter server (dist_sync), or an in-process
 server for kvstore='local' / None (the same semantics with one worker)."""
+import abc
 import itertools
 import json
 import os
@@ -71,7 +72,96 @@ def _engine_order(reads, writes):
                                        None, 0, ctypes.c_char_p(b"cdsgd_order")))
 
 
-class DistBackend:
+class Backend(abc.ABC):
+    """What the kvstore asks of a transport: MXNet's parameter server (DistBackend) or the same
+    semantics in one process (LocalBackend). Attributes: rank, num_workers, num_servers, region
+    (floats of proof after each pushed array, 0 without), rounds (key -> rounds applied, as this
+    worker saw)."""
+
+    rank: int
+    num_workers: int
+    num_servers: int
+    region: int
+
+    # -- control: the optimizer, keys, commands, small all-worker exchanges
+    @abc.abstractmethod
+    def set_optimizer(self, optimizer): """The global optimizer, to every server."""
+
+    @abc.abstractmethod
+    def init(self, keys, values): """Keys stored on their servers, with rank 0's values."""
+
+    @abc.abstractmethod
+    def init_payloads(self, buckets): """The buckets' payload keys (2-bit codes, one row per worker)."""
+
+    @abc.abstractmethod
+    def register(self, buckets, threshold, compressing, aggregate=False): """Tell the servers the buckets' layout."""
+
+    @abc.abstractmethod
+    def command(self, msg): """An authenticated command to every server; every worker waits for it."""
+
+    @abc.abstractmethod
+    def assign(self, values): """Set global weights {weight key: array} (checkpoint restore)."""
+
+    @abc.abstractmethod
+    def gather_rows(self, key, row): """Every worker's row, stacked (start-up agreement)."""
+
+    @abc.abstractmethod
+    def exchange(self, row): """(every worker's row, every server's checkpoint result)."""
+
+    @abc.abstractmethod
+    def server_message(self, s): """Server s's last checkpoint error, if this process knows it."""
+
+    @abc.abstractmethod
+    def open_tally(self, key, width): """A key whose every round stores the workers' sum."""
+
+    @abc.abstractmethod
+    def tally(self, key, value): """The sum of every worker's value for this round."""
+
+    @abc.abstractmethod
+    def set_learning_rate(self, lr): """The servers' learning rate."""
+
+    @abc.abstractmethod
+    def follow_rescale(self, rescale_grad): """A new rescale_grad where the servers can follow it."""
+
+    # -- a round: push (fp32 or codes) with its proof, pull W, check it was applied
+    @abc.abstractmethod
+    def push(self, key, value): """An fp32 push to a weight key."""
+
+    @abc.abstractmethod
+    def wire_row(self, key): """This worker's row of a payload key, where the codes are encoded."""
+
+    @abc.abstractmethod
+    def push_payload(self, key): """Push this worker's payload row."""
+
+    @abc.abstractmethod
+    def seal(self, bucket): """This worker's proof of the bucket's next round, into what it pushes."""
+
+    @abc.abstractmethod
+    def request_acks(self, payload_keys): """Ask for the payload rounds' acknowledgements."""
+
+    @abc.abstractmethod
+    def wait_acks(self, payload_keys): """Wait until they are in."""
+
+    @abc.abstractmethod
+    def pull_after_acks(self, pulls): """[(payload key, weight key, out)]: each pull once its ack is in."""
+
+    @abc.abstractmethod
+    def trace_ack(self, tracer, key, start_us, **args): """A trace span for an acknowledgement."""
+
+    @abc.abstractmethod
+    def pull(self, key, out): """Pull a key's stored value into out."""
+
+    @abc.abstractmethod
+    def bucket_applied(self, bucket): """Whether the servers applied the bucket's round (else resend)."""
+
+    @abc.abstractmethod
+    def resend(self, bucket, compressed, gradient): """Send a dropped round again, and pull."""
+
+    @abc.abstractmethod
+    def seal_next(self, bucket): """Ready the proof of the bucket's next round."""
+
+
+class DistBackend(Backend):
     def __init__(self, store):
         """store: 'dist_sync', or a dist_sync KVStore the script already made (one per process)."""
         _exit_on_uncaught_exception()
@@ -382,7 +472,7 @@ class DistBackend:
         pass  # gluon refuses a new batch size on a distributed kvstore: the servers keep theirs
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """kvstore='local' or None: the same semantics with one worker and the server in process
     (no network: no proof regions, nothing to check)."""
 
@@ -393,6 +483,7 @@ class LocalBackend:
 
     def __init__(self):
         self.server = ServerState()
+        self.rounds = {}   # nothing is dropped in one process: no rounds to count
         self.store = {}
         self.staging = {}  # payload key -> numpy [1, words]: the codes the next push carries
 
@@ -450,6 +541,9 @@ class LocalBackend:
 
     def bucket_applied(self, bucket):
         return True  # in process: every push is applied at once
+
+    def resend(self, bucket, compressed, gradient):
+        raise RuntimeError("kvstore='local' never drops a round: nothing to send again")
 
     def seal_next(self, bucket):
         pass
