@@ -36,7 +36,7 @@ carries crosses to the host, once per bucket:
 """
 import math
 from dataclasses import dataclass, field
-from typing import List
+from typing import Any, List, Optional
 
 import mxnet as mx
 import numpy as np
@@ -70,6 +70,20 @@ class Bucket:
     weight_key: int
     payload_key: int
     slots: List[Slot] = field(default_factory=list)
+    # views into its set's buffers, made by BucketSet (None where the set has no such buffer)
+    grad: Any = field(default=None, repr=False)         # its part of grad_buf
+    comm_offset: int = 0                                # where its part of comm_buf starts (proof regions between)
+    comm: Any = field(default=None, repr=False)         # its part of comm_buf: g(t), then W(t+1)
+    comm_wire: Any = field(default=None, repr=False)    # comm plus the proof region: what is pushed and pulled
+    comm_region: Any = field(default=None, repr=False)  # this worker's proof, then the server's count
+    comm_status: Any = field(default=None, repr=False)  # the server's count of the bucket's rounds
+    sealed_for: Optional[int] = None                    # the round whose proof the regions hold (backends.seal)
+    loc: Any = field(default=None, repr=False)          # its part of loc_buf (delayed algorithms)
+    residual: Any = field(default=None, repr=False)     # its error-feedback memory (host buckets)
+    sml_buf: Any = field(default=None, repr=False)      # its 2-bit codes (host buckets)
+    dev_comm: Any = field(default=None, repr=False)     # device-resident buckets: g(t) on the device
+    dev_weights: Any = field(default=None, repr=False)  # ... and W there
+    device: Any = field(default=None, repr=False)       # ... and its DeviceBucket (codec on the device)
 
     @property
     def words(self):

@@ -182,3 +182,18 @@ def test_server_keeps_one_optimizer_state_per_parameter_of_a_bucket(name, kw, mu
         assert [s.updater.states[i][0].shape for i in (10, 11, 12)] == [(3,), (5,), (1,)]
     elif kw.get("momentum"):
         assert [s.updater.states[i].shape for i in (10, 11, 12)] == [(3,), (5,), (1,)]
+
+
+def test_every_attribute_a_bucket_gets_is_a_declared_field():
+    """Bucket declares its views (issue 27): an attribute assigned anywhere in the package on a
+    bucket (`b.x = ...`, `bucket.x = ...`) must be one of its dataclass fields."""
+    import dataclasses
+    import pathlib
+    import re
+    from cdsgd_mx.buckets import Bucket
+    declared = {f.name for f in dataclasses.fields(Bucket)}
+    assigned = set()
+    for path in (pathlib.Path(__file__).resolve().parents[1] / "cdsgd_mx").glob("*.py"):
+        assigned |= set(re.findall(r"\b(?:b|bucket)\.([a-z_]+)\s*=(?!=)", path.read_text()))
+    assert {"grad", "comm_wire", "sealed_for", "residual"} <= assigned  # the scan sees them
+    assert assigned <= declared, sorted(assigned - declared)
