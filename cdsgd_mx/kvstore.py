@@ -35,11 +35,12 @@ import numpy as np
 from mxnet.kvstore import KVStoreBase
 
 from . import buckets as bucketing
-from . import auth, codec, guards, heartbeat, job_checkpoint, optimizer_spec, protocol
-from .backends import MAX_RESENDS, DistBackend, LocalBackend, dropped
+from . import auth, guards, heartbeat, job_checkpoint, optimizer_spec, protocol
+from .backends import DistBackend, LocalBackend
 from .comm import CommError, Communicator
 from .config import LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
 from .local_update import LocalUpdate
+from .rounds import RoundRunner
 from .schedule import COMPRESSING, DELAYED, Schedule
 from .trace import Tracer
 
@@ -80,7 +81,7 @@ class CDSGD(KVStoreBase):
         self.warmup_steps = int(warmup_steps)
         self.threshold = float(threshold)
         self.bucket_size = int(bucket_size)
-        self.schedule = Schedule(algorithm, self.warmup_steps, self.k)
+        self._schedule = Schedule(algorithm, self.warmup_steps, self.k)
         existing = existing_dist_sync(kvstore)
         if kvstore == "dist_sync" and not existing:
             missing = [v for v in LAUNCH_VARIABLES if not os.environ.get(v)]
@@ -111,11 +112,9 @@ class CDSGD(KVStoreBase):
         self._beats = isinstance(self._backend, DistBackend)  # this store's steps are the job's (heartbeat.py)
         atexit.register(self._at_exit)  # stop the communication thread before MXNet shuts down
         self.tracer = Tracer(trace, pid=self._backend.rank)
-        self.bytes_pushed = 0        # all pushes of this worker since creation
-        self.bytes_by_step = {}      # step -> bytes pushed by this worker at that step
+        self.rounds = RoundRunner(self._backend, self._schedule, self.threshold, self.tracer, self._names)
         self.driven_by_trainer = False
         self._sync_sets = []         # synchronous rounds of this step: parameters = comm_buf after the pull
-        self.resent = 0              # rounds sent again after a server dropped them (a push from outside the job)
         self._stale_open = False     # the stale count's key exists on its server
         self._stale_index = None     # parameter key -> its place in the stale count
 
@@ -127,6 +126,30 @@ class CDSGD(KVStoreBase):
     @property
     def rank(self):
         return self._backend.rank
+
+    @property
+    def schedule(self):
+        """Which steps are compressed or delayed (schedule.py); benchmarks may set another."""
+        return self._schedule
+
+    @schedule.setter
+    def schedule(self, schedule):
+        self._schedule = self.rounds.schedule = schedule
+
+    @property
+    def bytes_pushed(self):
+        """All pushes of this worker since creation."""
+        return self.rounds.bytes_pushed
+
+    @property
+    def bytes_by_step(self):
+        """Step -> bytes pushed by this worker at that step."""
+        return self.rounds.bytes_by_step
+
+    @property
+    def resent(self):
+        """Rounds sent again after a server dropped them (a push from outside the job)."""
+        return self.rounds.resent
 
     @property
     def skipped_steps(self):
@@ -416,7 +439,7 @@ class CDSGD(KVStoreBase):
             bset.grad_to_comm()  # pushing grad_buf itself would let MXNet pull into it
         # (a compressed round of host buckets quantizes grad_buf itself: one copy less)
         keep = bset.keep_residual(held) if held and self.schedule.compressed(t) else None
-        self._comm.submit(lambda: self._round(bset, t, keep), "step %d" % t)
+        self._comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
         self._sync_sets.append(bset)
         if not self.driven_by_trainer:
             self.finish_step()  # the Trainer calls it once per step instead
@@ -436,93 +459,9 @@ class CDSGD(KVStoreBase):
             bset.scatter("loc")
             bset.grad_to_comm()                    # comm_buf = g(t): backward of t+1 may now write grad_buf
         keep = bset.keep_residual(held) if held and self.schedule.compressed(t) else None
-        bset.in_flight = self._comm.submit(lambda: self._round(bset, t, keep), "step %d" % t)
+        bset.in_flight = self._comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
         if not self.driven_by_trainer:
             self._comm.flush()  # do not wait: the round finishes in the background
-
-    def _round(self, bset, t, keep_residual=None):
-        """Communication thread, push phase: push g(t) from comm_buf (codes or fp32) bucket by
-        bucket, each with this worker's proof (auth.py), and issue the pulls of W(t+1).
-        Returns the check of the servers' counts that come back with the pulls (run at the
-        flush). keep_residual: puts back the residual of parameters skipped at this step."""
-        compressed = self.schedule.compressed(t)
-        keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
-        pushed = 0
-        for i, b in enumerate(bset.buckets):
-            if compressed:
-                with self.tracer.span("quantize", bucket=i, step=t):
-                    codes, bad = bset.compress(b, self.threshold, from_grad=not self.schedule.delayed(t))
-                    if bad:
-                        raise FloatingPointError("non-finite gradient in bucket %d (parameters %s) at step %d (%d values)"
-                                                 % (i, self._names(sorted({s.key for s in b.slots})), t, bad))
-                    codec.wire_encode(codes, self._backend.wire_row(b.payload_key))
-                with self.tracer.span("push codes", bucket=i, step=t):
-                    self._backend.seal(b)
-                    self._backend.push_payload(b.payload_key)
-                pushed += self._payload_bytes(b)
-            else:
-                with self.tracer.span("push fp32", bucket=i, step=t):
-                    bset.fp32_to_comm(b)
-                    self._backend.seal(b)
-                    self._backend.push(b.weight_key, b.comm_wire)
-                    if keep:
-                        b.comm.copyto(b.loc)  # before the pull writes W over it
-                pushed += 4 * (b.size + bset.region)
-        if keep_residual is not None:
-            keep_residual()
-        self.bytes_pushed += pushed
-        self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
-        self._pull(bset, t, after_acks=compressed)
-        return lambda: self._check(bset, t)
-
-    def _check(self, bset, t):
-        """Communication thread, after the flush's pulls are issued and before the main thread
-        may read what they bring: each bucket's round was applied by its server (the count
-        after the weights went one up), else it is sent again (backends.DistBackend.applied)
-        until it is. Returns the follow-up: the proofs of the next rounds."""
-        compressed = self.schedule.compressed(t)
-        for i, b in enumerate(bset.buckets):
-            for attempt in range(MAX_RESENDS + 1):
-                with heartbeat.waiting("step %d's pull of bucket %d (key %d)" % (t, i, b.weight_key)):
-                    if self._backend.bucket_applied(b):
-                        break
-                dropped(self.rank, "round %d of bucket %d (key %d, step %d)" % (
-                    self._backend.rounds.get(b.weight_key, 0), i, b.weight_key, t), attempt)
-                self.resent += 1
-                with self.tracer.span("resend", bucket=i, step=t):
-                    self._backend.resend(b, compressed, self._kept_gradient(bset, b, t))
-        return lambda: [self._backend.seal_next(b) for b in bset.buckets]
-
-    def _kept_gradient(self, bset, b, t):
-        """Where g(t) of a bucket still is for an fp32 round sent again: in grad_buf for a
-        synchronous step (the main thread waits for this round before the next backward), in
-        loc_buf for a delayed one (free until the next step's comm_to_loc: _round keeps g(t)
-        there, one copy per delayed fp32 round, since MXNet pulls into the array pushed). With
-        device-resident buckets, in dev_comm (nothing is pulled into it; the next step's
-        grad_to_comm waits for this round to be ready)."""
-        if bset.device:
-            return b.dev_comm
-        return b.loc if self.schedule.delayed(t) else b.grad
-
-    def _payload_bytes(self, b):
-        return 4 * (b.words + (auth.TAG_FLOATS if self._backend.region else 0)) + 8  # + the row index
-
-    def _pull(self, bset, t, after_acks):
-        """Issue the pulls of W(t+1) into comm_buf, without waiting. MXNet orders a pull after
-        this worker's push of the same key (fp32); a pull of the weight key is not ordered after
-        a push to the payload key (codes): request the acknowledgements, and have MXNet's engine
-        issue each pull once its acknowledgement is in."""
-        start = self.tracer.now_us()
-        if after_acks:
-            self._backend.request_acks([b.payload_key for b in bset.buckets])
-            for b in bset.buckets:  # traced: when the servers had applied each payload
-                self._backend.trace_ack(self.tracer, b.payload_key, start, step=t)
-            self._backend.pull_after_acks([(b.payload_key, b.weight_key, b.comm_wire) for b in bset.buckets])
-        else:
-            for b in bset.buckets:
-                self._backend.pull(b.weight_key, b.comm_wire)
-        # the span ends when the transfer does; recorded without holding up this thread
-        self.tracer.watch("pull", bset.comm_buf, start, step=t)
 
     # ---- helpers for the Trainer -------------------------------------------------------------
     def finish_step(self):
@@ -534,12 +473,12 @@ class CDSGD(KVStoreBase):
             for bset in self._sync_sets:
                 bset.scatter("comm")
         elif self._sync_sets:
-            resent = self.resent
+            resent = self.rounds.resent
             self._comm.wait_issued(flush)
             for bset in self._sync_sets:  # the engine orders the copies after the pulls
                 bset.scatter("comm")
             self._comm.wait(flush)  # the rounds were applied: nothing reads a dropped round's weights
-            if self.resent != resent:  # a round was sent again: copy the weights it brought back
+            if self.rounds.resent != resent:  # a round was sent again: copy the weights it brought back
                 for bset in self._sync_sets:
                     bset.scatter("comm")
         self._sync_sets = []
@@ -551,11 +490,9 @@ class CDSGD(KVStoreBase):
         return self._calls
 
     def push_bytes_of_step(self, t):
-        """Bytes this worker pushes at step t by the schedule and the buckets (what _round
+        """Bytes this worker pushes at step t by the schedule and the buckets (what a round
         counts into bytes_by_step once the step's rounds have run)."""
-        compressed = self.schedule.compressed(t)
-        return sum(self._payload_bytes(b) if compressed else 4 * (b.size + bset.region)
-                   for bset in self._sets for b in bset.buckets)
+        return self.rounds.bytes_of_step(self._sets, t)
 
     def wait_all(self):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""
