@@ -204,7 +204,7 @@ def _restore(kv, worker):
             b.sealed_for = None  # the saved proof regions are another job's
         if saved["residual"] is not None:
             bset.set_residual(saved["residual"])
-        bset.in_flight = kv._comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
+        bset.in_flight = kv.engine.comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
         for k, devices in bset.outs.items():
             x = mx.nd.array(params[k]["x"])  # this worker's x(t), may differ from W
             for out in devices:

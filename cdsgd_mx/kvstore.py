@@ -15,16 +15,11 @@ names, Fig. 4), per bucket set:
 A worker may have several devices (one array per device in value and out): grad_buf gets the
 sum of their gradients, and the weights are copied to every device (docs/design.md, "Devices").
 
-One step t of pushpull(keys, grads, out=weights) (Algorithm 1, per bucket set):
-  synchronous steps (warm-up before n-1, ssgd, bitsgd): comm_buf = g(t); push it (fp32 or
-      codes), pull W(t+1) into comm_buf; the parameters get W(t+1) once the rounds are ready
-      (finish_step; the engine orders the next forward after the copies).
-  delayed steps (odsgd/cdsgd from step n-1 on):
-      1. wait until W(t), the previous round's pull, is issued into comm_buf (its round ready);
-      2. loc_buf = W(t), then the local optimizer steps it with g(t)  -> x(t+1)   (eq. 11),
-         copied into the parameters;
-      3. comm_buf = g(t); hand round t (quantize?, push, pull W(t+1) into comm_buf) to the
-         communication thread and return: forward/backward of t+1 runs meanwhile.
+One step t of pushpull(keys, grads, out=weights), along the gradient's path (each stage its
+own file; docs/design.md draws it): gather into grad_buf (buckets.py) -> the non-finite policy
+(guards.py) -> the step engine, Algorithm 1's timing (step.py) -> the local update, eq. 11
+(local_update.py) -> the round on the communication thread (rounds.py) -> the backend
+(backends.py). This module is MXNet's KVStoreBase face and the Trainer's seams.
 """
 import atexit
 import os
@@ -37,10 +32,10 @@ from mxnet.kvstore import KVStoreBase
 from . import buckets as bucketing
 from . import auth, guards, heartbeat, job_checkpoint, optimizer_spec, protocol
 from .backends import DistBackend, LocalBackend
-from .comm import CommError, Communicator
 from .config import LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
 from .local_update import LocalUpdate
 from .rounds import RoundRunner
+from .step import StepEngine
 from .schedule import COMPRESSING, DELAYED, Schedule
 from .trace import Tracer
 
@@ -108,13 +103,11 @@ class CDSGD(KVStoreBase):
         self._calls = 0              # pushpull calls: the data steps, counted from 0
         self._updates = 0            # steps not skipped: the global optimizer's updates so far
         self.param_names = None      # set by the Trainer, for the start-up check and messages
-        self._comm = Communicator()
         self._beats = isinstance(self._backend, DistBackend)  # this store's steps are the job's (heartbeat.py)
         atexit.register(self._at_exit)  # stop the communication thread before MXNet shuts down
         self.tracer = Tracer(trace, pid=self._backend.rank)
         self.rounds = RoundRunner(self._backend, self._schedule, self.threshold, self.tracer, self._names)
-        self.driven_by_trainer = False
-        self._sync_sets = []         # synchronous rounds of this step: parameters = comm_buf after the pull
+        self.engine = StepEngine(self.rounds, self.local, self.tracer, self.aggregate)  # Algorithm 1's timing
         self._stale_open = False     # the stale count's key exists on its server
         self._stale_index = None     # parameter key -> its place in the stale count
 
@@ -150,6 +143,15 @@ class CDSGD(KVStoreBase):
     def resent(self):
         """Rounds sent again after a server dropped them (a push from outside the job)."""
         return self.rounds.resent
+
+    @property
+    def driven_by_trainer(self):
+        """The Trainer calls finish_step once per step (else each pushpull finishes its own)."""
+        return self.engine.driven_by_trainer
+
+    @driven_by_trainer.setter
+    def driven_by_trainer(self, value):
+        self.engine.driven_by_trainer = value
 
     @property
     def skipped_steps(self):
@@ -287,10 +289,7 @@ class CDSGD(KVStoreBase):
         for bset in sets:
             t = bset.t
             bset.t += 1
-            if self.schedule.delayed(t):
-                self._delayed_step(bset, t, held.get(bset, ()))
-            else:
-                self._sync_step(bset, t, held.get(bset, ()))
+            self.engine.step(bset, t, held.get(bset, ()))
 
     # ---- checkpoints (one all-or-nothing set across the nodes: job_checkpoint.py) -------------
     def save_optimizer_states(self, fname, dump_optimizer=False, extra=None):
@@ -428,60 +427,11 @@ class CDSGD(KVStoreBase):
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)
         self._registered = len(self._sets)
 
-    def _sync_step(self, bset, t, held=()):
-        """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weights into
-        comm_buf; the parameters = comm_buf once the rounds are ready (finish_step). held:
-        parameters not updated at this step (no fresh gradient anywhere)."""
-        if bset.in_flight is not None:  # cannot happen with the schedules above; kept safe
-            self._comm.wait(bset.in_flight)
-            bset.in_flight = None
-        if not (self.schedule.compressed(t) and not bset.device):
-            bset.grad_to_comm()  # pushing grad_buf itself would let MXNet pull into it
-        # (a compressed round of host buckets quantizes grad_buf itself: one copy less)
-        keep = bset.keep_residual(held) if held and self.schedule.compressed(t) else None
-        self._comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
-        self._sync_sets.append(bset)
-        if not self.driven_by_trainer:
-            self.finish_step()  # the Trainer calls it once per step instead
-
-    def _delayed_step(self, bset, t, held=()):
-        """x(t+1) = W(t) - local step with g(t); round t goes on in the background. held:
-        parameters not updated at this step (x(t+1) = W(t) for them)."""
-        with self.tracer.span("wait W(t)", step=t):
-            if bset.in_flight is not None:
-                self._comm.wait(bset.in_flight)   # W(t) is (being) pulled into comm_buf
-            bset.comm_to_loc()                     # the engine orders this after that pull
-        with self.tracer.span("local update", step=t):
-            restore = bset.hold_loc(held) if held else None
-            self.local.step(bset)                  # eq. 11
-            if restore:
-                restore()
-            bset.scatter("loc")
-            bset.grad_to_comm()                    # comm_buf = g(t): backward of t+1 may now write grad_buf
-        keep = bset.keep_residual(held) if held and self.schedule.compressed(t) else None
-        bset.in_flight = self._comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
-        if not self.driven_by_trainer:
-            self._comm.flush()  # do not wait: the round finishes in the background
-
     # ---- helpers for the Trainer -------------------------------------------------------------
     def finish_step(self):
         """End of a Trainer step: let the communication thread finish this step's rounds; wait
         only if some were synchronous (their rounds must be ready before the next forward)."""
-        flush = self._comm.flush()
-        if self._sync_sets and self.aggregate:  # out is the gradient a resent round would read: wait first
-            self._comm.wait(flush)
-            for bset in self._sync_sets:
-                bset.scatter("comm")
-        elif self._sync_sets:
-            resent = self.rounds.resent
-            self._comm.wait_issued(flush)
-            for bset in self._sync_sets:  # the engine orders the copies after the pulls
-                bset.scatter("comm")
-            self._comm.wait(flush)  # the rounds were applied: nothing reads a dropped round's weights
-            if self.rounds.resent != resent:  # a round was sent again: copy the weights it brought back
-                for bset in self._sync_sets:
-                    bset.scatter("comm")
-        self._sync_sets = []
+        self.engine.finish_step()
 
     @property
     def steps_done(self):
@@ -496,10 +446,7 @@ class CDSGD(KVStoreBase):
 
     def wait_all(self):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""
-        self._comm.drain()
-        for bset in self._sets:
-            bset.comm_buf.wait_to_read()
-        mx.nd.waitall()
+        self.engine.wait_all(self._sets)
 
     def set_learning_rate(self, lr, local_lr=None):
         """Global learning rate on the servers (after rounds in flight finish) and the local
@@ -548,7 +495,7 @@ class CDSGD(KVStoreBase):
             self.close()
             return
         heartbeat.set_phase("exit")  # its steps are final: the watchdog compares them with the others'
-        comm = self._comm
+        comm = self.engine.comm
         self.close()
         if comm is not None and comm._failed is not None:  # a round failed since the last step: say so, fail
             sys.stderr.write("cdsgd_mx: worker %s: the rounds left at exit failed: %s: %s; exiting without the "
@@ -560,15 +507,7 @@ class CDSGD(KVStoreBase):
 
     def close(self):
         """Finish rounds in flight and stop the communication thread (also run at exit)."""
-        if self._comm is not None:
-            try:
-                self._comm.drain()
-            except CommError:
-                pass  # already raised to the caller of the failed step
-            finally:
-                self._comm.close()
-                self._comm = None
-                mx.nd.waitall()
+        self.engine.close()
 
 
 def _multipliers(optimizer, key):

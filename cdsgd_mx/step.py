@@ -1,0 +1,106 @@
+"""Algorithm 1's timing: which steps wait for their round and which overlap it with the next
+forward/backward, and the communication thread the rounds run on.
+
+    synchronous steps (warm-up before n-1, ssgd, bitsgd): comm_buf = g(t); the round pushes it
+        and pulls W(t+1) into comm_buf; the parameters get W(t+1) once it is ready (finish_step);
+    delayed steps (odsgd/cdsgd from step n-1 on): wait for W(t) (the previous round's pull),
+        loc_buf = W(t), the local update with g(t) gives x(t+1) (eq. 11), then round t goes to
+        the communication thread and the step returns.
+
+API: StepEngine(rounds, local, tracer, aggregate).step(bset, t, held) / finish_step() /
+wait_all(sets) / close(); driven_by_trainer; comm (the communication thread).
+"""
+import mxnet as mx
+
+from .comm import CommError, Communicator
+
+
+class StepEngine:
+    """Runs each bucket set's step t as the schedule says (rounds.schedule), on rounds (a
+    RoundRunner) and local (a LocalUpdate). held: parameters not updated at this step (no
+    worker had a fresh gradient): no local step for them, and their residual kept."""
+
+    def __init__(self, rounds, local, tracer, aggregate=False):
+        self.rounds, self.local, self.tracer, self.aggregate = rounds, local, tracer, aggregate
+        self.comm = Communicator()
+        self.driven_by_trainer = False  # the Trainer calls finish_step once per step
+        self._sync_sets = []            # synchronous rounds of this step: parameters = comm_buf after the pull
+
+    def step(self, bset, t, held=()):
+        if self.rounds.schedule.delayed(t):
+            self._delayed_step(bset, t, held)
+        else:
+            self._sync_step(bset, t, held)
+
+    def _sync_step(self, bset, t, held):
+        """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weights into
+        comm_buf; the parameters = comm_buf once the rounds are ready (finish_step). held:
+        parameters not updated at this step (no fresh gradient anywhere)."""
+        if bset.in_flight is not None:  # cannot happen with the schedules above; kept safe
+            self.comm.wait(bset.in_flight)
+            bset.in_flight = None
+        if not (self.rounds.schedule.compressed(t) and not bset.device):
+            bset.grad_to_comm()  # pushing grad_buf itself would let MXNet pull into it
+        # (a compressed round of host buckets quantizes grad_buf itself: one copy less)
+        keep = bset.keep_residual(held) if held and self.rounds.schedule.compressed(t) else None
+        self.comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
+        self._sync_sets.append(bset)
+        if not self.driven_by_trainer:
+            self.finish_step()  # the Trainer calls it once per step instead
+
+    def _delayed_step(self, bset, t, held):
+        """x(t+1) = W(t) - local step with g(t); round t goes on in the background. held:
+        parameters not updated at this step (x(t+1) = W(t) for them)."""
+        with self.tracer.span("wait W(t)", step=t):
+            if bset.in_flight is not None:
+                self.comm.wait(bset.in_flight)   # W(t) is (being) pulled into comm_buf
+            bset.comm_to_loc()                     # the engine orders this after that pull
+        with self.tracer.span("local update", step=t):
+            restore = bset.hold_loc(held) if held else None
+            self.local.step(bset)                  # eq. 11
+            if restore:
+                restore()
+            bset.scatter("loc")
+            bset.grad_to_comm()                    # comm_buf = g(t): backward of t+1 may now write grad_buf
+        keep = bset.keep_residual(held) if held and self.rounds.schedule.compressed(t) else None
+        bset.in_flight = self.comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
+        if not self.driven_by_trainer:
+            self.comm.flush()  # do not wait: the round finishes in the background
+
+    def finish_step(self):
+        """End of a Trainer step: let the communication thread finish this step's rounds; wait
+        only if some were synchronous (their rounds must be ready before the next forward)."""
+        flush = self.comm.flush()
+        if self._sync_sets and self.aggregate:  # out is the gradient a resent round would read: wait first
+            self.comm.wait(flush)
+            for bset in self._sync_sets:
+                bset.scatter("comm")
+        elif self._sync_sets:
+            resent = self.rounds.resent
+            self.comm.wait_issued(flush)
+            for bset in self._sync_sets:  # the engine orders the copies after the pulls
+                bset.scatter("comm")
+            self.comm.wait(flush)  # the rounds were applied: nothing reads a dropped round's weights
+            if self.rounds.resent != resent:  # a round was sent again: copy the weights it brought back
+                for bset in self._sync_sets:
+                    bset.scatter("comm")
+        self._sync_sets = []
+
+    def wait_all(self, sets):
+        """Wait for every round in flight (e.g. before reading global weights or saving)."""
+        self.comm.drain()
+        for bset in sets:
+            bset.comm_buf.wait_to_read()
+        mx.nd.waitall()
+
+    def close(self):
+        """Finish rounds in flight and stop the communication thread (also run at exit)."""
+        if self.comm is not None:
+            try:
+                self.comm.drain()
+            except CommError:
+                pass  # already raised to the caller of the failed step
+            finally:
+                self.comm.close()
+                self.comm = None
+                mx.nd.waitall()
