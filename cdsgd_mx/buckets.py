@@ -27,7 +27,8 @@ The NDArray buffers live on one host context (`ctx`): the first device's when it
 Device-resident buckets (`device`, a GPU's context: issue 12; docs/design.md, "Devices"): what
 the step computes with stays on the gradients' device and only what the parameter server
 carries crosses to the host, once per bucket:
-- grad_buf, loc_buf, the residual and sml_buf live on the device (device.DeviceBucket), with
+- grad_buf and loc_buf live on the device, the residual and sml_buf too (compression.py, with a
+  device.DeviceBucket per bucket), with
   dev_comm, the device's copy of g(t) that the round compresses (and sends again if a server
   drops the round);
 - comm_buf stays on the host: the codes arrive there (0.25 B/value), an fp32 round copies g(t)
@@ -42,7 +43,6 @@ import mxnet as mx
 import numpy as np
 
 from . import codec, protocol
-from .device import DeviceBucket
 
 DEFAULT_BUCKET_SIZE = 1 << 20  # values (4 MiB of fp32); capped by the big-array bound, see plan()
 
@@ -79,11 +79,8 @@ class Bucket:
     comm_status: Any = field(default=None, repr=False)  # the server's count of the bucket's rounds
     sealed_for: Optional[int] = None                    # the round whose proof the regions hold (backends.seal)
     loc: Any = field(default=None, repr=False)          # its part of loc_buf (delayed algorithms)
-    residual: Any = field(default=None, repr=False)     # its error-feedback memory (host buckets)
-    sml_buf: Any = field(default=None, repr=False)      # its 2-bit codes (host buckets)
     dev_comm: Any = field(default=None, repr=False)     # device-resident buckets: g(t) on the device
     dev_weights: Any = field(default=None, repr=False)  # ... and W there
-    device: Any = field(default=None, repr=False)       # ... and its DeviceBucket (codec on the device)
 
     @property
     def words(self):
@@ -136,7 +133,7 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
 class BucketSet:
     """Flat buffers of buckets planned together, their views, and the step they are at."""
 
-    def __init__(self, buckets, shapes, outs, compressing, delayed, region=0, ctx=None, device=None, threshold=None):
+    def __init__(self, buckets, shapes, outs, delayed, region=0, ctx=None, device=None):
         self.buckets = buckets
         self.region = region              # proof values after each bucket in comm_buf (0: none)
         self.shapes = shapes              # key -> the parameter's shape
@@ -154,7 +151,7 @@ class BucketSet:
         self.loc_buf = mx.nd.zeros((self.size,), ctx=on) if delayed else None
         self.dev_comm = mx.nd.zeros((self.size,), ctx=on) if device else None
         self.dev_weights = mx.nd.zeros((self.size,), ctx=on) if device else None
-        self.residual = np.zeros(self.size, np.float32) if compressing and not device else None
+        self.compressor = None            # compression.Compressor, when the algorithm compresses (kvstore sets it)
         self._stages = {}                 # extra device -> its staging views (gather)
         for i, b in enumerate(buckets):
             b.grad = self.grad_buf[b.offset:b.offset + b.size]
@@ -166,14 +163,10 @@ class BucketSet:
             b.comm_status = self.comm_buf[end:end + 1] if region else None       # the server's count
             b.sealed_for = None  # the round whose proof the regions hold (backends.DistBackend.seal)
             b.loc = None if self.loc_buf is None else self.loc_buf[b.offset:b.offset + b.size]
-            b.residual = None if self.residual is None else self.residual[b.offset:b.offset + b.size]
-            b.sml_buf = np.zeros(b.words, np.uint32) if compressing and not device else None
-            b.dev_comm = b.dev_weights = b.device = None
+            b.dev_comm = b.dev_weights = None
             if device:
                 b.dev_comm = self.dev_comm[b.offset:b.offset + b.size]
                 b.dev_weights = self.dev_weights[b.offset:b.offset + b.size]
-                if compressing:
-                    b.device = DeviceBucket(b.size, threshold, lambda n, dtype: mx.nd.zeros((n,), ctx=device, dtype=dtype))
         # a whole parameter's slices, shaped like it: what its gradient is bound to, and where
         # its weights are copied from (a parameter cut into pieces is contiguous in grad_buf
         # and loc_buf; in comm_buf only when no region lies between its pieces)
@@ -285,20 +278,11 @@ class BucketSet:
         return restore
 
     def keep_residual(self, keys):
-        """The residual of `keys` as it is now, and a function that puts it back after this
-        round's compression: a parameter skipped everywhere is not in the step, its error
-        feedback memory included."""
-        if self.residual is None and not self.device:
+        """A function that puts back the residual of `keys` after this step's compression (a
+        parameter skipped everywhere is not in the step; compression.Compressor.keep)."""
+        if self.compressor is None:
             return lambda: None
-        before = self.residual_values()
-        spans = [self._spans[key] for key in keys]
-
-        def restore():
-            now = self.residual_values()
-            for begin, end in spans:
-                now[begin:end] = before[begin:end]
-            self.set_residual(now)
-        return restore
+        return self.compressor.keep([self._spans[key] for key in keys])
 
     def comm_to_loc(self):
         """loc_buf = W(t), the weights pulled into comm_buf."""
@@ -309,15 +293,13 @@ class BucketSet:
             b.comm.copyto(b.loc)
 
     # ---- a bucket's round (communication thread), wherever its gradients live ----------------
-    def compress(self, b, threshold, from_grad=False):
-        """sml_buf = the 2-bit codes of g(t) + residual, residual -= their value (Algorithm 1's
-        compression), g(t) taken from comm_buf, or from grad_buf itself with from_grad (a
-        synchronous step: nothing writes grad_buf before its round is ready). Returns (the
-        codes in host memory, the count of non-finite residuals)."""
-        if b.device:
-            bad = b.device.compress(b.dev_comm)
-            return b.device.host_codes, bad
-        return b.sml_buf, codec.quantize(b.grad if from_grad else b.comm, b.residual, b.sml_buf, threshold)
+    def gradient(self, b, from_grad=False):
+        """Where bucket b's g(t) is for its compression: comm_buf, or grad_buf itself with
+        from_grad (a synchronous step: nothing writes grad_buf before its round is ready);
+        dev_comm with device-resident buckets."""
+        if self.device:
+            return b.dev_comm
+        return b.grad if from_grad else b.comm
 
     def fp32_to_comm(self, b):
         """An fp32 round pushes comm_buf: with device-resident buckets g(t) comes from the device."""
@@ -326,17 +308,10 @@ class BucketSet:
 
     def residual_values(self):
         """The residual (numpy copy), or None when not compressing: checkpoints."""
-        if self.device:
-            parts = [b.device.residual_to_host() for b in self.buckets if b.device]
-            return np.concatenate(parts) if parts else None
-        return None if self.residual is None else self.residual.copy()
+        return self.compressor.residual_values() if self.compressor else None
 
     def set_residual(self, values):
-        if self.device:
-            for b in self.buckets:
-                b.device.residual_from_host(values[b.offset:b.offset + b.size])
-        else:
-            self.residual[:] = values
+        self.compressor.set_residual(values)
 
     def count_nonfinite(self):
         return codec.count_nonfinite(self.grad_buf)

@@ -32,6 +32,7 @@ from mxnet.kvstore import KVStoreBase
 from . import buckets as bucketing
 from . import auth, guards, heartbeat, job_checkpoint, optimizer_spec, protocol
 from .backends import DistBackend, LocalBackend
+from .compression import Compressor
 from .config import LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
 from .local_update import LocalUpdate
 from .rounds import RoundRunner
@@ -207,10 +208,11 @@ class CDSGD(KVStoreBase):
         # takes that path on a CPU context too)
         first = outs[0][0].context
         device = first if first.device_type != "cpu" or os.environ.get("CDSGD_DEVICE_PATH") == "1" else None
-        bset = bucketing.BucketSet(plan, shapes, dict(zip(keys, outs)), self.algorithm in COMPRESSING,
-                                   self.algorithm in DELAYED, region=self._backend.region,
-                                   ctx=first if first.device_type == "cpu" else mx.cpu(),
-                                   device=device, threshold=self.threshold)
+        bset = bucketing.BucketSet(plan, shapes, dict(zip(keys, outs)), self.algorithm in DELAYED,
+                                   region=self._backend.region, ctx=first if first.device_type == "cpu" else mx.cpu(),
+                                   device=device)
+        if self.algorithm in COMPRESSING:  # the quantizer with its residual, where the gradients live
+            bset.compressor = Compressor(plan, bset.size, self.threshold, device=device)
         # MKL-DNN may keep a parameter in a blocked layout that cannot be sliced: go through
         # numpy copies; only rank 0's values reach the servers (MXNet's init)
         flat = np.empty(bset.size, np.float32)

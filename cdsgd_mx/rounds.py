@@ -32,7 +32,7 @@ class RoundRunner:
         for i, b in enumerate(bset.buckets):
             if compressed:
                 with self.tracer.span("quantize", bucket=i, step=t):
-                    codes, bad = bset.compress(b, self.threshold, from_grad=not self.schedule.delayed(t))
+                    codes, bad = bset.compressor.compress(i, bset.gradient(b, from_grad=not self.schedule.delayed(t)))
                     if bad:
                         raise FloatingPointError("non-finite gradient in bucket %d (parameters %s) at step %d (%d values)"
                                                  % (i, self.names(sorted({s.key for s in b.slots})), t, bad))

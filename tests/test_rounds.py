@@ -29,19 +29,28 @@ class FakeBackend:
         return True
 
 
+class FakeCompressor:
+    """40 values: 3 code words, no non-finite value; records what it quantized."""
+
+    def __init__(self):
+        self.quantized = []
+
+    def compress(self, i, g):
+        self.quantized.append((i, g))
+        return np.zeros(3, np.uint32), 0
+
+
 class FakeSet:
-    """One bucket of 40 values; compress gives 3 codes words and no non-finite value."""
+    """One bucket of 40 values."""
     region, device = 0, None
 
     def __init__(self):
         b = Bucket(offset=0, size=40, server=0, weight_key=4, payload_key=5, slots=[Slot(0, 0, 40, 0, 0)])
         b.grad, b.comm, b.loc, b.comm_wire = "grad", "comm", "loc", "wire"
-        self.buckets, self.comm_buf = [b], None
-        self.compressed_from = []
+        self.buckets, self.comm_buf, self.compressor = [b], None, FakeCompressor()
 
-    def compress(self, b, threshold, from_grad=False):
-        self.compressed_from.append(from_grad)
-        return np.zeros(b.words, np.uint32), 0
+    def gradient(self, b, from_grad=False):
+        return b.grad if from_grad else b.comm
 
     def fp32_to_comm(self, b):
         pass
@@ -58,7 +67,7 @@ def test_each_kind_of_step_pushes_what_the_schedule_says_and_counts_its_bytes():
         rounds.check(bset, t) if rounds.push(bset, t) else None
     kinds = [c[0] for c in backend.calls if c[0] in ("push", "push_payload", "pull", "pull_after_acks")]
     assert kinds == ["push", "pull", "push", "pull", "push_payload", "pull_after_acks"]
-    assert bset.compressed_from == [False]  # a delayed step quantizes comm_buf, not grad_buf
+    assert bset.compressor.quantized == [(0, "comm")]  # a delayed step quantizes comm_buf, not grad_buf
     fp32, codes = 4 * 40, 4 * 3 + 8  # 40 floats; ceil(40 / 16) = 3 words and the row index
     assert rounds.bytes_by_step == {0: fp32, 1: fp32, 2: codes} and rounds.bytes_pushed == 2 * fp32 + codes
     assert [rounds.bytes_of_step([bset], t) for t in range(3)] == [fp32, fp32, codes]
@@ -88,3 +97,28 @@ def test_a_round_dropped_too_often_stops():
     rounds.push(bset, 0)
     with pytest.raises(RuntimeError, match="dropped round 0 of bucket 0 .* 101 times in a row"):
         rounds.check(bset, 0)
+
+
+def test_the_compressor_keeps_error_feedback_and_gives_back_a_skipped_span():
+    """compression.Compressor on the host: codes and residual as the reference kernel gives
+    them; keep() puts a span's residual back after a compression (a parameter skipped)."""
+    from cdsgd_mx import reference as ref
+    from cdsgd_mx.compression import Compressor
+    b = Bucket(offset=0, size=40, server=0, weight_key=4, payload_key=5, slots=[Slot(0, 0, 40, 0, 0)])
+    comp = Compressor([b], 40, 0.5)
+    rng = np.random.RandomState(0)
+    residual = np.zeros(40, np.float32)
+    for _ in range(3):
+        g = rng.normal(0, 0.4, 40).astype(np.float32)
+        codes, bad = comp.compress(0, g)
+        want, residual = ref.quantize(g, residual, 0.5)
+        np.testing.assert_array_equal(codes, want)
+        np.testing.assert_array_equal(comp.residual_values(), residual)
+        assert bad == 0
+    before = comp.residual_values()
+    restore = comp.keep([(10, 20)])
+    comp.compress(0, np.full(40, 0.3, np.float32))
+    restore()
+    after = comp.residual_values()
+    np.testing.assert_array_equal(after[10:20], before[10:20])
+    assert not np.array_equal(after[:10], before[:10])

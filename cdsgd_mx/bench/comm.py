@@ -244,7 +244,7 @@ def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
                           protocol.Keys(servers), bound=protocol.DEFAULT_BIGARRAY_BOUND)
     region = workers * auth.TAG_FLOATS
     bucketing.BucketSet(plan, {k: (n,) for k, n in enumerate(sizes)},  # gives each bucket its comm_buf views
-                        {k: [mx.nd.zeros((n,))] for k, n in enumerate(sizes)}, False, False, region=region)
+                        {k: [mx.nd.zeros((n,))] for k, n in enumerate(sizes)}, False, region=region)
     backend = DistBackend.__new__(DistBackend)  # the proof calls only, no kvstore
     backend.rank, backend.num_workers, backend.num_servers = 0, workers, servers
     backend.session_keys = [auth.session_key(auth.new_secret().encode(), auth.new_nonce()) for _ in range(servers)]
