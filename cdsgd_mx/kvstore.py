@@ -146,6 +146,16 @@ class CDSGD(KVStoreBase):
         return self.rounds.resent
 
     @property
+    def bucket_sets(self):
+        """The BucketSets, one per broadcast() call, in order (read-only: for tests and tools)."""
+        return tuple(self._sets)
+
+    @property
+    def backend(self):
+        """Where pushes and pulls go (backends.Backend): for tests and tools."""
+        return self._backend
+
+    @property
     def driven_by_trainer(self):
         """The Trainer calls finish_step once per step (else each pushpull finishes its own)."""
         return self.engine.driven_by_trainer

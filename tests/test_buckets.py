@@ -81,7 +81,7 @@ def _train(alg, bucket_size, steps=7):
 def test_the_bucket_size_does_not_change_the_result(alg):
     tr_one, _, x_one, w_one = _train(alg, 1 << 20)
     tr_many, _, x_many, w_many = _train(alg, 8)
-    assert len(tr_one.kvstore._sets[0].buckets) == 1 and len(tr_many.kvstore._sets[0].buckets) > 5
+    assert len(tr_one.kvstore.bucket_sets[0].buckets) == 1 and len(tr_many.kvstore.bucket_sets[0].buckets) > 5
     for a, b in zip(x_one + w_one, x_many + w_many):
         np.testing.assert_array_equal(a, b)
     assert not np.allclose(w_one[2], 0.3)  # it trained
@@ -92,16 +92,16 @@ def test_gradients_are_bound_to_the_buckets_and_each_step_works_per_bucket(monke
     kv = tr.kvstore
     for i, p in enumerate(plist):  # autograd writes straight into grad_buf: no copy to fuse
         assert p.grad() is kv.grad_view(i)
-    n_buckets = len(kv._sets[0].buckets)
+    n_buckets = len(kv.bucket_sets[0].buckets)
     assert n_buckets == 3  # [p4 p3] [p2 p1] [p0]: fewer buckets than parameters
     calls = {"push": 0, "push_payload": 0, "pull": 0, "quantize": 0, "copy": 0}
     for name in ("push", "push_payload", "pull"):
-        original = getattr(kv._backend, name)
+        original = getattr(kv.backend, name)
 
         def counted(*a, _name=name, _f=original):
             calls[_name] += 1
             return _f(*a)
-        monkeypatch.setattr(kv._backend, name, counted)
+        monkeypatch.setattr(kv.backend, name, counted)
     quantize = codec.quantize
     monkeypatch.setattr(codec, "quantize", lambda *a, **k: calls.__setitem__("quantize", calls["quantize"] + 1) or quantize(*a, **k))
     copyto = mx.nd.NDArray.copyto
@@ -145,7 +145,7 @@ def test_one_parameter_at_a_time_still_works_unfused():
     kv.wait_all()
     for i, p in enumerate(plist):
         np.testing.assert_allclose(p.data().asnumpy(), 0.1 * (i + 1) - 0.5, rtol=1e-6)
-    assert len(kv._sets) == len(plist)
+    assert len(kv.bucket_sets) == len(plist)
 
 
 OPTIMIZERS = [("sgd", {"learning_rate": 0.5, "momentum": 0.9, "wd": 0.01}), ("sgd", {"learning_rate": 0.5}),

@@ -59,7 +59,7 @@ def test_one_process_on_the_device_path_matches_the_simulation(monkeypatch, alg)
     monkeypatch.setenv("CDSGD_DEVICE_PATH", "1")
     plist, tr = two.two_device_trainer(alg)
     two.train(plist, tr, range(STEPS))
-    assert [s.device is not None for s in tr.kvstore._sets] == [True]
+    assert [s.device is not None for s in tr.kvstore.bucket_sets] == [True]
     xs, W = two.sim(alg, 1)
     for i, on_devices in enumerate(two.device_weights(plist)):
         for x in on_devices:

@@ -234,7 +234,7 @@ def test_the_second_devices_gradients_go_through_a_buffer_made_once():
     device's last gradient, and the training still equals the simulation."""
     plist, tr = two_device_trainer("cdsgd")
     train(plist, tr, range(2))
-    bset = tr.kvstore._sets[0]
+    bset = tr.kvstore.bucket_sets[0]
     first = {key: id(v) for key, v in bset._staging(0).items()}
     handles = {key: v.handle.value for key, v in bset._staging(0).items()}
     train(plist, tr, range(2, STEPS))

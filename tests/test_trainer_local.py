@@ -81,7 +81,7 @@ def test_learning_rates_schedule_together():
     assert tr.local_learning_rate == pytest.approx(0.4)  # same factor
     tr.set_learning_rate(0.05, local_lr=0.3)
     assert tr.local_learning_rate == pytest.approx(0.3)
-    assert tr.kvstore._backend.server.optimizer.learning_rate == pytest.approx(0.05)
+    assert tr.kvstore.backend.server.optimizer.learning_rate == pytest.approx(0.05)
 
 
 @pytest.mark.parametrize("kwargs,message", [

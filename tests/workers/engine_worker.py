@@ -175,7 +175,7 @@ def main():
     xs = [p.data().asnumpy() for p in plist]
     # (where the workers update, the servers hold the last summed gradient, not weights)
     ws = xs if cfg.get("clip") else [kv.global_weights(i).asnumpy() for i in range(len(plist))]
-    extra = dict(device_weights(plist, contexts), device_path=np.array(all(s.device is not None for s in kv._sets)))
+    extra = dict(device_weights(plist, contexts), device_path=np.array(all(s.device is not None for s in kv.bucket_sets)))
     save(args.out, kv.rank, xs, ws, kv.bytes_by_step,
          expected=[kv.push_bytes_of_step(t) for t in sorted(kv.bytes_by_step)], devices=extra)
     if cfg.get("trace"):

@@ -49,10 +49,10 @@ def main():
         trainer.wait_all()
         print("rank %d step %d" % (rank, t), flush=True)
         if t == 3 and args.fault == "corrupt" and rank == 0:
-            bucket = trainer.kvstore._sets[0].buckets[0]
-            trainer.kvstore._backend.wire_row(bucket.payload_key)[:] = np.nan
-            trainer.kvstore._backend.seal(bucket)  # the job's own push: with its proof
-            trainer.kvstore._backend.push_payload(bucket.payload_key)
+            bucket = trainer.kvstore.bucket_sets[0].buckets[0]
+            trainer.kvstore.backend.wire_row(bucket.payload_key)[:] = np.nan
+            trainer.kvstore.backend.seal(bucket)  # the job's own push: with its proof
+            trainer.kvstore.backend.push_payload(bucket.payload_key)
         if t == 3 and args.fault == "die" and rank == 1:
             os.kill(os.getpid(), signal.SIGKILL)
         if t == 5 and args.fault == "sleep" and index == 1:
