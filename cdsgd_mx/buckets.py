@@ -152,6 +152,7 @@ class BucketSet:
         self.dev_comm = mx.nd.zeros((self.size,), ctx=on) if device else None
         self.dev_weights = mx.nd.zeros((self.size,), ctx=on) if device else None
         self.compressor = None            # compression.Compressor, when the algorithm compresses (kvstore sets it)
+        self.runs = []                    # the local optimizer's runs (set_multipliers)
         self._stages = {}                 # extra device -> its staging views (gather)
         for i, b in enumerate(buckets):
             b.grad = self.grad_buf[b.offset:b.offset + b.size]

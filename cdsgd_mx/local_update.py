@@ -2,7 +2,7 @@
 the local optimizer stepping loc_buf run by run (a run: parameters with equal multipliers).
 
 API: LocalUpdate(name, params).bind(global_opt) / follow(global_opt, updates) /
-set_multipliers(bset) / stateful() / step(bset) / set_learning_rate(lr) / learning_rate /
+set_multipliers(bset) / stateful(ids) / step(bset) / set_learning_rate(lr) / learning_rate /
 get_states() / set_states(blob).
 """
 import mxnet as mx
@@ -48,9 +48,13 @@ class LocalUpdate:
             self.optimizer.lr_mult[s.state_id] = s.lr_mult
             self.optimizer.wd_mult[s.state_id] = s.wd_mult
 
-    def stateful(self):
-        """Whether the local optimizer keeps state (e.g. momentum) for some run."""
-        return self.updater is not None and any(v is not None for v in self.updater.states.values())
+    def stateful(self, ids=None):
+        """Whether the local optimizer keeps state (e.g. momentum) for some run (of `ids`:
+        the runs' state ids; all by default)."""
+        if self.updater is None:
+            return False
+        states = self.updater.states
+        return any(states.get(i) is not None for i in (states if ids is None else ids))
 
     def step(self, bset):
         """loc_buf (holding W(t)) -= the local step with grad_buf's g(t), run by run."""

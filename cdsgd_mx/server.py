@@ -439,7 +439,6 @@ class ServerState:
 
     def apply_payload(self, pk, rows, row_ids):
         """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""
-        from mxnet import ndarray as nd  # mx.nd is not bound yet while a server imports
         wk, n, threshold = self.payloads[pk]
         wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
         if self.region and not self.proven_rows(pk, wk, n, wire, row_ids):  # before anything else: anyone can push
@@ -451,10 +450,7 @@ class ServerState:
         if wire.shape[1] != width:
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], width))
         if wk in self.summing:  # the workers update: they pull the decoded sum
-            if pk not in self._decoded:
-                self._decoded[pk] = nd.zeros((n,), ctx=weight.context)
-            codec.decode_sum(wire, self._decoded[pk], threshold)
-            weight[0:n] = self._decoded[pk]
+            weight[0:n] = self._decoded_sum(pk, n, wire, threshold, weight.context)
             weight.wait_to_read()
         elif self._plain_sgd(wk, weight, np.float32):
             # one native pass: every worker's row decoded and summed chunk by chunk in cache, and
@@ -466,13 +462,18 @@ class ServerState:
                              opt.rescale_grad, opt.clip_gradient or None)
             self._skipped(wk, n)
         else:
-            if pk not in self._decoded:
-                self._decoded[pk] = nd.zeros((n,), ctx=weight.context)
-            decoded = self._decoded[pk]
-            codec.decode_sum(wire, decoded, threshold)  # one native call for every worker's row (tags skipped)
-            self.apply_gradient(wk, weight, decoded)  # waits for the update
+            self.apply_gradient(wk, weight, self._decoded_sum(pk, n, wire, threshold, weight.context))  # waits
         if self.region:
             self.count_round(wk, weight, n)
+
+    def _decoded_sum(self, pk, n, wire, threshold, ctx):
+        """The sum of every worker's decoded row of payload key pk (one native call, tags
+        skipped), in a buffer kept per payload key."""
+        from mxnet import ndarray as nd
+        if pk not in self._decoded:
+            self._decoded[pk] = nd.zeros((n,), ctx=ctx)
+        codec.decode_sum(wire, self._decoded[pk], threshold)
+        return self._decoded[pk]
 
     def proven_rows(self, pk, wk, n, wire, row_ids):
         """Whether every worker pushed exactly its own row, each ending with its valid tag

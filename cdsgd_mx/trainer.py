@@ -8,7 +8,8 @@
 
 Same methods as gluon.Trainer. The global optimizer (name + optimizer_params) runs on the
 servers (with update_on_kvstore=False, algorithm 'ssgd' or 'bitsgd': the servers only sum and
-the workers update, so allreduce_grads() -> clipping -> update() works as in gluon); the local optimizer (plain SGD by default, at the global learning rate unless
+the workers update, so allreduce_grads() -> clipping -> update() works as in gluon); the
+local optimizer (plain SGD by default, at the global learning rate unless
 local_optimizer_params says otherwise) steps loc_buf in odsgd/cdsgd. With kvstore='local' or
 None the same semantics run in one process (N = 1, no parameter server).
 """
@@ -87,24 +88,23 @@ class Trainer(gluon.Trainer):
 
     def step(self, batch_size, ignore_stale_grad=False):
         """gluon's step, with every parameter's round handed to the kvstore in one call."""
-        self._no_amp()
         if self._cdsgd.aggregate:  # the workers update: gluon's own step, through our allreduce
             self.allreduce_grads()
             self.update(batch_size, ignore_stale_grad)
             return
+        self._no_amp()
         with self._cdsgd.tracer.span("step", step=self._steps):
             self._initialize(batch_size)
             pushed = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
             arrays = [p._check_and_get(p._data, list) for _, p in pushed]
-            if not ignore_stale_grad:  # before anything is pushed: a refused step changes nothing
-                for (_, p), data in zip(pushed, arrays):
-                    for d in data:
-                        if not d._fresh_grad:
-                            raise UserWarning(STALE % (p.name, d.context))
-            # fresh only if backward wrote it on every device of this worker
-            stale = [i for (i, _), data in zip(pushed, arrays) if not all(d._fresh_grad for d in data)]
+            # stale: backward did not write it on some device of this worker since the last step
+            stale = [(i, p, data) for (i, p), data in zip(pushed, arrays) if not all(d._fresh_grad for d in data)]
+            if stale and not ignore_stale_grad:  # before anything is pushed: a refused step changes nothing
+                _, p, data = stale[0]
+                raise UserWarning(STALE % (p.name, next(d.context for d in data if not d._fresh_grad)))
             self._cdsgd.pushpull([i for i, _ in pushed], [p.list_grad() for _, p in pushed],
-                                 out=[p.list_data() for _, p in pushed], stale=stale if ignore_stale_grad else None)
+                                 out=[p.list_data() for _, p in pushed],
+                                 stale=[i for i, _, _ in stale] if ignore_stale_grad else None)
             self._cdsgd.finish_step()
             for data in arrays:  # as gluon does when the workers update: the next backward makes them fresh
                 for d in data:
