@@ -42,7 +42,7 @@ from typing import Any, List, Optional
 import mxnet as mx
 import numpy as np
 
-from . import codec, protocol
+from . import codec, proofs, protocol
 
 DEFAULT_BUCKET_SIZE = 1 << 20  # values (4 MiB of fp32); capped by the big-array bound, see plan()
 
@@ -77,7 +77,7 @@ class Bucket:
     comm_wire: Any = field(default=None, repr=False)    # comm plus the proof region: what is pushed and pulled
     comm_region: Any = field(default=None, repr=False)  # this worker's proof, then the server's count
     comm_status: Any = field(default=None, repr=False)  # the server's count of the bucket's rounds
-    sealed_for: Optional[int] = None                    # the round whose proof the regions hold (backends.seal)
+    sealed_for: Optional[int] = None                    # the round whose proof the regions hold (proofs.py)
     loc: Any = field(default=None, repr=False)          # its part of loc_buf (delayed algorithms)
     dev_comm: Any = field(default=None, repr=False)     # device-resident buckets: g(t) on the device
     dev_weights: Any = field(default=None, repr=False)  # ... and W there
@@ -131,7 +131,8 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
 
 
 class BucketSet:
-    """Flat buffers of buckets planned together, their views, and the step they are at."""
+    """Flat buffers of buckets planned together and their views (the step they are at is the
+    StepEngine's: step.py)."""
 
     def __init__(self, buckets, shapes, outs, delayed, region=0, ctx=None, device=None):
         self.buckets = buckets
@@ -142,8 +143,6 @@ class BucketSet:
         self.keys = list(shapes)
         self.size = sum(b.size for b in buckets)
         self.slots = [s for b in buckets for s in b.slots]
-        self.t = 0                        # the schedule's step of these buckets
-        self.in_flight = None             # the flush after which W(t) is (being) pulled into comm_buf
         self.device = device              # where the gradients live, for device-resident buckets
         on = device or self.ctx           # where the step's own buffers live
         self.grad_buf = mx.nd.zeros((self.size,), ctx=on)
@@ -162,7 +161,7 @@ class BucketSet:
             end = b.comm_offset + b.size
             b.comm_region = self.comm_buf[end:end + region] if region else None  # this worker's proof, then
             b.comm_status = self.comm_buf[end:end + 1] if region else None       # the server's count
-            b.sealed_for = None  # the round whose proof the regions hold (backends.DistBackend.seal)
+            proofs.unseal(b)  # no proof in the new regions yet (proofs.WorkerProofs.seal)
             b.loc = None if self.loc_buf is None else self.loc_buf[b.offset:b.offset + b.size]
             b.dev_comm = b.dev_weights = None
             if device:

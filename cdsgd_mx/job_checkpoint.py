@@ -9,7 +9,7 @@ import os
 import mxnet as mx
 import numpy as np
 
-from . import checkpoint, heartbeat, optimizer_spec
+from . import checkpoint, heartbeat, optimizer_spec, proofs
 from .backends import LocalBackend
 from .config import AGGREGATE_CHECKPOINT, ConfigError
 
@@ -72,7 +72,7 @@ def load(kv, fname):
     _restore(kv, worker)
     if kv._optimizer is not None:
         kv._optimizer = _backend_optimizer(kv, fname, sid)
-        kv._sent = optimizer_spec.hyper_parameters(kv._optimizer)
+        kv.rules.bind(kv._optimizer)  # the settings the servers now have
     mx.nd.waitall()
     _prune(kv, fname, sid)
     return manifest["extra"]
@@ -85,9 +85,11 @@ def _worker_state(kv):
     for k, bset in kv._set_of.items():
         # x of the first device: every device of this worker holds the same weights
         params[k] = {"shape": bset.shapes[k], "x": bset.outs[k][0].asnumpy(), "global": kv.global_weights(k).asnumpy()}
-    sets = [{"layout": bset.layout(), "t": bset.t, "in_flight": bset.in_flight is not None,
-             "comm_buf": bset.comm_buf.asnumpy(),
-             "residual": bset.residual_values()} for bset in kv._sets]
+    sets = []
+    for bset in kv._sets:
+        t, in_flight = kv.engine.position(bset)
+        sets.append({"layout": bset.layout(), "t": t, "in_flight": in_flight, "comm_buf": bset.comm_buf.asnumpy(),
+                     "residual": bset.residual_values()})
     return pickle.dumps({"config": job_config(kv), "params": params, "sets": sets, "steps": (kv._calls, kv._updates),
                          "local": kv.local.get_states()})
 
@@ -198,13 +200,12 @@ def _restore(kv, worker):
     if kv._beats:
         heartbeat.set_resumed(kv._calls)  # a restarted job tells the launcher where it resumed
     for bset, saved in zip(kv._sets, sets):
-        bset.t = saved["t"]
         bset.comm_buf[:] = saved["comm_buf"]
         for b in bset.buckets:
-            b.sealed_for = None  # the saved proof regions are another job's
+            proofs.unseal(b)  # the saved proof regions are another job's
         if saved["residual"] is not None:
             bset.set_residual(saved["residual"])
-        bset.in_flight = kv.engine.comm.flush() if saved["in_flight"] else None  # W(t) sits in comm_buf
+        kv.engine.resume(bset, saved["t"], saved["in_flight"])  # in flight: W(t) sits in comm_buf
         for k, devices in bset.outs.items():
             x = mx.nd.array(params[k]["x"])  # this worker's x(t), may differ from W
             for out in devices:

@@ -17,9 +17,10 @@ sum of their gradients, and the weights are copied to every device (docs/design.
 
 One step t of pushpull(keys, grads, out=weights), along the gradient's path (each stage its
 own file; docs/design.md draws it): gather into grad_buf (buckets.py) -> the non-finite policy
-(guards.py) -> the step engine, Algorithm 1's timing (step.py) -> the local update, eq. 11
+(guards.py) -> gluon's per-update rules (gluon_rules.py) -> the step engine, Algorithm 1's
+timing (step.py) -> the local update, eq. 11
 (local_update.py) -> the round on the communication thread (rounds.py) -> the backend
-(backends.py). This module is MXNet's KVStoreBase face and the Trainer's seams.
+(backends/). This module is MXNet's KVStoreBase face and the Trainer's seams.
 """
 import atexit
 import os
@@ -30,10 +31,11 @@ import numpy as np
 from mxnet.kvstore import KVStoreBase
 
 from . import buckets as bucketing
-from . import auth, guards, heartbeat, job_checkpoint, optimizer_spec, protocol
-from .backends import DistBackend, LocalBackend
+from . import auth, backends, guards, heartbeat, job_checkpoint, optimizer_spec, proofs, protocol
+from .backends import DistBackend
 from .compression import Compressor
 from .config import LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
+from .gluon_rules import GluonRules
 from .local_update import LocalUpdate
 from .rounds import RoundRunner
 from .schedule import COMPRESSING, DELAYED, Schedule
@@ -89,7 +91,7 @@ class CDSGD(KVStoreBase):
                                   "pass kvstore='local' to train in this one process"
                                   % (", ".join(missing), "is" if len(missing) == 1 else "are"))
         try:
-            self._backend = DistBackend(kvstore) if existing or kvstore == "dist_sync" else LocalBackend()
+            self._backend = backends.create(kvstore)  # dist_sync (or the store the script made), or in process
         except auth.SecretError as e:
             raise ConfigError(str(e)) from None
         if isinstance(self._backend, DistBackend):
@@ -107,11 +109,11 @@ class CDSGD(KVStoreBase):
         self._updates = 0            # steps not skipped: the global optimizer's updates so far
         self.param_names = None      # set by the Trainer, for the start-up check and messages
         self._beats = isinstance(self._backend, DistBackend)  # this store's steps are the job's (heartbeat.py)
-        atexit.register(self._at_exit)  # stop the communication thread before MXNet shuts down
         self.tracer = Tracer(trace, pid=self._backend.rank)
         self.rounds = RoundRunner(self._backend, self._schedule, self.threshold, self.tracer, self._names)
         self.engine = StepEngine(self.rounds, self.local, self.tracer, self.aggregate)  # Algorithm 1's timing
-        self._stale_open = False     # the stale count's key exists on its server
+        self.rules = GluonRules(self._backend, self.local, self._names, self.algorithm in DELAYED, self.wait_all)
+        atexit.register(self._at_exit)  # stop the communication thread before MXNet shuts down (once it exists)
 
     # ---- KVStoreBase API -------------------------------------------------------------------
     @property
@@ -191,7 +193,7 @@ class CDSGD(KVStoreBase):
         except optimizer_spec.SpecError as e:
             raise ConfigError(str(e)) from None
         self.local.bind(optimizer)
-        self._sent = optimizer_spec.hyper_parameters(optimizer)  # what the servers' optimizer has
+        self.rules.bind(optimizer)
         for bset in self._sets[:self._registered]:
             self.local.set_multipliers(bset)
 
@@ -259,7 +261,7 @@ class CDSGD(KVStoreBase):
         stale: None, or the keys whose gradient backward did not write on this worker since
         the last step (gluon's ignore_stale_grad=True; every worker passes a list at the same
         steps): this worker's gradient of those contributes nothing, and a parameter no worker
-        has a fresh gradient for is not updated at all (see _stale_everywhere)."""
+        has a fresh gradient for is not updated at all (gluon_rules.GluonRules.held)."""
         if out is None:
             raise ValueError("pushpull needs out= (the parameters' weights): the optimizer runs on the servers")
         keys, grads, outs = _as_lists(key, value, out)
@@ -296,14 +298,11 @@ class CDSGD(KVStoreBase):
             return
         held = {}
         if not self.aggregate:  # (aggregate: the workers' own optimizer does all this)
-            self._follow_global()
-            self._follow_multipliers(sets, step)
-            held = self._stale_everywhere(sets, stale, step) if stale is not None else {}
+            self.rules.follow(sets, step, self._updates)
+            held = self.rules.held(self._sets, sets, stale, step) if stale is not None else {}
         self._updates += 1
         for bset in sets:
-            t = bset.t
-            bset.t += 1
-            self.engine.step(bset, t, held.get(bset, ()))
+            self.engine.step(bset, held.get(bset, ()))
 
     # ---- checkpoints (one all-or-nothing set across the nodes: job_checkpoint.py) -------------
     def save_optimizer_states(self, fname, dump_optimizer=False, extra=None):
@@ -338,85 +337,6 @@ class CDSGD(KVStoreBase):
                 "threshold": self.threshold, "nonfinite": self.nonfinite, "bucket_size": self.bucket_size,
                 "aggregate": self.aggregate}
 
-    def _follow_global(self):
-        """The local optimizer follows the global one, as set_learning_rate does: the same
-        rescale_grad (gluon sets it from each step's batch size), and under a learning-rate
-        schedule the local rate scaled by the same factor as the servers' rate at this update
-        (the servers count one update per step)."""
-        opt = self._optimizer
-        now = optimizer_spec.hyper_parameters(opt)
-        if now != self._sent:  # e.g. trainer.optimizer.wd = 0: the servers would never see it
-            changed = sorted(k for k in set(now) | set(self._sent) if now.get(k) != self._sent.get(k))
-            raise ConfigError("the optimizer's %s changed during training (%s): the servers' optimizer is set when "
-                              "training starts and only its learning rate follows (set_learning_rate); set the others "
-                              "before the first step" % (", ".join(changed), ", ".join(
-                                  "%r -> %r" % (self._sent.get(k), now.get(k)) for k in changed)))
-        self.local.follow(opt, self._updates)
-        self._backend.follow_rescale(opt.rescale_grad)
-
-    def _follow_multipliers(self, sets, step):
-        """lr_mult / wd_mult changed since they were sent (gluon reads a Parameter's own at every
-        update when the workers update): the servers and the local optimizer use the new ones
-        from this step's update on. Per step, one lookup and comparison per parameter slice."""
-        opt = self._optimizer
-        changed = [bset for bset in sets if any(_multipliers(opt, s.key) != (s.lr_mult, s.wd_mult) for s in bset.slots)]
-        if not changed:
-            return
-        self.wait_all()  # the rounds in flight are earlier steps': their updates keep the old multipliers
-        slots = []
-        for bset in changed:
-            self._set_multipliers(bset, step)
-            slots += [[s.state_id, s.lr_mult, s.wd_mult] for s in bset.slots]
-        self._backend.command({"op": "multipliers", "slots": slots})
-
-    def _set_multipliers(self, bset, step):
-        """The set's multipliers as the optimizer has them now, for the local optimizer too. A
-        stateful local optimizer keeps one state per run of parameters with equal multipliers:
-        where a change would regroup those runs, stop (the states would no longer fit)."""
-        before = [(s.lr_mult, s.wd_mult) for s in bset.slots]
-        runs = [(i, g.shape) for i, g, _ in bset.runs]
-        bset.set_multipliers(lambda key: _multipliers(self._optimizer, key))
-        if runs != [(i, g.shape) for i, g, _ in bset.runs] and self.local.stateful(i for i, _ in runs):
-            moved = [s.key for s, b in zip(bset.slots, before) if (s.lr_mult, s.wd_mult) != b]
-            bset.set_multipliers(lambda key, old=dict(zip((s.key for s in bset.slots), before)): old[key])
-            raise ConfigError("parameter %s: lr_mult/wd_mult changed at step %d, but the local optimizer %r keeps "
-                              "state per run of parameters with equal multipliers; set them before the first step, "
-                              "or use the stateless local optimizer (local_optimizer='sgd' without momentum)"
-                              % (self._names(moved[:1]), step, self.local.name))
-        if self.local.bound:
-            self.local.set_multipliers(bset)
-
-    def _stale_everywhere(self, sets, stale, step):
-        """gluon's rule for stale gradients, on every worker alike: a parameter no worker has a
-        fresh gradient for gets no update at this step (no momentum, no weight decay, no local
-        step; its residual stays). The workers count, per parameter, how many have a fresh
-        gradient (one small push and pull per step); the servers are told which parameters to
-        skip once the rounds in flight (earlier steps', whose updates keep them) are done.
-        Returns {bucket set: its parameters held}."""
-        order = {k: i for i, k in enumerate(k for bset in self._sets for k in bset.keys)}  # as registered
-        fresh = np.ones(len(order), np.float32)
-        for k in stale:
-            fresh[order[k]] = 0.0
-        if self.num_workers > 1:
-            if not self._stale_open:
-                self._backend.open_tally(protocol.STALE_KEY, len(order))
-                self._stale_open = True
-            fresh = self._backend.tally(protocol.STALE_KEY, fresh)
-        held = {bset: {k for k in bset.keys if fresh[order[k]] == 0} for bset in sets}
-        held = {bset: keys for bset, keys in held.items() if keys}
-        if not held:
-            return {}
-        if self.algorithm in DELAYED and self.local.stateful():
-            first = min(next(iter(held.values())))
-            raise ConfigError("parameter %s: no worker has a fresh gradient at step %d (ignore_stale_grad=True), and "
-                              "the local optimizer %r keeps state a skipped step would still move; use the stateless "
-                              "local optimizer (local_optimizer='sgd' without momentum)"
-                              % (self._names([first]), step, self.local.name))
-        self.wait_all()
-        self._backend.command({"op": "skip", "ids": [s.state_id for bset, keys in held.items()
-                                                     for s in bset.slots if s.key in keys]})
-        return held
-
     def _ensure_registered(self):
         """Before the first step of new bucket sets: the start-up agreement check (once), then
         tell the servers which parameters each bucket holds (and, when compressing, which
@@ -426,7 +346,7 @@ class CDSGD(KVStoreBase):
             self._agreed = True
         for bset in self._sets[self._registered:]:
             if not self.aggregate:
-                self._set_multipliers(bset, self._calls)
+                self.rules.set_multipliers(bset, self._calls)
         new = [b for bset in self._sets[self._registered:] for b in bset.buckets]
         if new:
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)
@@ -477,7 +397,7 @@ class CDSGD(KVStoreBase):
         wires = [mx.nd.zeros((b.size + bset.region,)) for b in held]  # a pull fills the whole stored value
         for b, wire in zip(held, wires):
             self._backend.pull(b.weight_key, wire)
-            b.sealed_for = None  # MXNet pulls into the array pushed last (comm.h): comm_buf's proof is gone
+            proofs.unseal(b)  # MXNet pulls into the array pushed last (comm.h): comm_buf's proof is gone
         whole = np.zeros(bset.size, np.float32)
         for b, wire in zip(held, wires):
             whole[b.offset:b.offset + b.size] = wire.asnumpy()[:b.size]
@@ -513,17 +433,6 @@ class CDSGD(KVStoreBase):
     def close(self):
         """Finish rounds in flight and stop the communication thread (also run at exit)."""
         self.engine.close()
-
-
-def _multipliers(optimizer, key):
-    """(lr_mult, wd_mult) of parameter `key` as MXNet's Optimizer looks them up: its Parameter
-    (gluon's param_dict), else the multipliers set by index, else by name (idx2name)."""
-    param = optimizer.param_dict.get(key)
-    if param is not None:
-        return param.lr_mult, param.wd_mult
-    name = optimizer.idx2name.get(key)
-    return (optimizer.lr_mult.get(key, optimizer.lr_mult.get(name, 1.0)),
-            optimizer.wd_mult.get(key, optimizer.wd_mult.get(name, 1.0)))
 
 
 def _devices(arrays, name):

@@ -1,4 +1,6 @@
-"""Server side of the protocol: decode payloads, run the global optimizer, never fail silently.
+"""A server node: commands, each key's round routed to its job, never a silent failure. The
+global update (decoding, the optimizer) is server_update.py's, the proofs' server side
+proofs.py's; the whole path is drawn in docs/design.md.
 
 Run as `python -m cdsgd_mx.server` with DMLC_ROLE=server (or scheduler): the launcher does this.
 The entry imports MXNet as a worker would (so MXNet's own server loop does not start on import),
@@ -44,18 +46,18 @@ Handshake keys (protocol.handshake_keys, no command needed): each worker pushes 
 its own row (keyed by the secret itself); the update answers, per row, whether the tag checks,
 a mark only this server writes and this server's nonce (handshake_answer).
 Every other push ends with a proof region (protocol.py, docs/design.md "Authenticated pushes"):
-a round acts only when every worker's tag checks for the bucket's round count (proven,
-proven_rows); the new count is written after the data (count_round) for the workers to check.
+a round acts only when every worker's tag checks for the bucket's round count, and the new
+count is written after the data for the workers to check (proofs.ServerProofs).
 """
 import json
 import os
 import sys
-import time
 import traceback
 
 import numpy as np
 
-from . import auth, codec, heartbeat, protocol
+from . import auth, codec, heartbeat, proofs, protocol
+from .server_update import GlobalUpdate
 
 COMMAND_PREFIX = "cdsgd:"
 START_MESSAGE = "cdsgd-start"  # rank 0's first message: it only makes MXNet call the controller
@@ -73,7 +75,9 @@ def die(context):
 
 
 class ServerState:
-    """Global weights' optimizer on one server (or in process for kvstore='local')."""
+    """One server's side of the job (or in process for kvstore='local'): commands, the routing
+    of each key's round, its proofs (proofs.py), the global update (server_update.py) and the
+    server's checkpoint file."""
 
     def __init__(self, rank=0, secret=None):
         self.rank = rank
@@ -86,45 +90,30 @@ class ServerState:
         self.last_seq = -1        # the highest command sequence number acted on (replays are dropped)
         self.dropped = 0          # messages dropped: not from the job (no or a wrong MAC, a replay)
         self.num_workers = int(os.environ.get("DMLC_NUM_WORKER", "1"))
-        # the proof after every pushed array (auth.py); none in process (kvstore='local')
-        self.region = self.num_workers * auth.TAG_FLOATS if secret is not None else 0
-        self.rounds = {}          # weight key (or a lone key) -> rounds applied: the count pulls bring back
-        self._status = {}         # the same -> the stored value the count is written into (codec.writable)
-        self.proof_seconds = 0.0  # time spent checking proofs and writing counts (the benchmark reports it)
-        self.proof_cpu_seconds = 0.0  # the same in this thread's CPU time (without waiting for a core)
-        self.proof_rounds = 0
-        self.optimizer = None
-        self.updater = None       # MXNet's Updater: the optimizer's state per slot id
+        # the proof after every pushed array, and the round counts (proofs.py); none in process
+        self.proofs = proofs.ServerProofs(self.session, self.num_workers, self.drop)
+        self.region = self.proofs.region
+        self.update = GlobalUpdate()  # the global optimizer and its states (server_update.py)
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
-        self.slots = {}           # weight key -> [(state id, begin, end)]: the bucket's parameters
-        self.multipliers = {}     # state id -> (lr_mult, wd_mult) of its parameter
-        self.skip = set()         # state ids whose next update is skipped: no worker had a fresh gradient
-        self.summing = set()      # weight keys that hold the workers' summed gradient (the workers update)
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
         self.to_register = set()  # weight keys whose next update only records the weight
-        self._decoded = {}        # payload key -> the decoded sum of the workers' codes
-        self._momentum = {}       # weight key -> SGD's flat momentum (per-parameter states are its views)
         self.reports = set()      # tally keys that carry checkpoint_result after the workers' rows
         self.checkpoint_result = (0, 0)  # (checkpoint code, errno) of the last save or load
         self.checkpoint_error = None     # its one-line message (the workers of kvstore='local' show it)
 
-    # -- configuration ------------------------------------------------------------------
-    def set_optimizer(self, optimizer):
-        import mxnet as mx
-        self._momentum = {}
-        self.optimizer = optimizer
-        self.updater = mx.optimizer.get_updater(optimizer)
-        self._apply_multipliers()
+    # -- the global update (server_update.py) ----------------------------------------------
+    @property
+    def optimizer(self):
+        return self.update.optimizer
 
-    def _apply_multipliers(self):
-        """Each parameter's lr_mult / wd_mult, by its state id (MXNet pickles the optimizer
-        without gluon's param_dict, so they travel in the register command)."""
-        if self.optimizer is not None:
-            for i, (lr, wd) in self.multipliers.items():
-                self.optimizer.lr_mult[i] = lr
-                self.optimizer.wd_mult[i] = wd
+    @property
+    def updater(self):
+        return self.update.updater
+
+    def set_optimizer(self, optimizer):
+        self.update.set_optimizer(optimizer)
 
     def command(self, msg):
         """An authenticated command (a dict, or its JSON text)."""
@@ -132,23 +121,20 @@ class ServerState:
             msg = json.loads(msg)
         if msg["op"] == "optimizer":
             from . import optimizer_spec
-            self.set_optimizer(optimizer_spec.build(msg["spec"]))
+            self.update.set_optimizer(optimizer_spec.build(msg["spec"]))
         elif msg["op"] == "register":
             for pk, (wk, n, threshold) in msg["payloads"].items():
                 self.payloads[int(pk)] = (int(wk), int(n), float(threshold))
             for wk, slots in msg.get("slots", {}).items():
-                self.slots[int(wk)] = [(int(i), int(b), int(e)) for i, b, e, _, _ in slots]
-                self.multipliers.update((int(i), (float(lr), float(wd))) for i, _, _, lr, wd in slots)
-            self._apply_multipliers()
+                self.update.register(int(wk), slots)
             self.to_register.update(int(k) for k in msg["weights"])
-            self.summing.update(int(k) for k in msg.get("sum", []))
+            self.update.summing.update(int(k) for k in msg.get("sum", []))
         elif msg["op"] == "multipliers":  # changed during training: from the next update on
-            self.multipliers.update((int(i), (float(lr), float(wd))) for i, lr, wd in msg["slots"])
-            self._apply_multipliers()
+            self.update.set_multipliers(msg["slots"])
         elif msg["op"] == "skip":  # the next update of these parameters is skipped (gluon's stale rule)
-            self.skip.update(int(i) for i in msg["ids"])
+            self.update.skip_next(msg["ids"])
         elif msg["op"] == "set_lr":
-            self.optimizer.set_learning_rate(float(msg["lr"]))
+            self.update.optimizer.set_learning_rate(float(msg["lr"]))
         elif msg["op"] in ("save", "load"):
             self.checkpoint(msg["op"], msg["path"], msg["id"])
         elif msg["op"] == "prune":
@@ -182,7 +168,8 @@ class ServerState:
             return
         n = weight.size - self.region
         if self.region:
-            if not self.proven(key, grad, n):
+            announced = key in self.update.slots or key in self.tallies or key in self.to_assign or key in self.to_register
+            if not self.proofs.proven(key, grad, n, announced):
                 return  # dropped: weights and counts unchanged, so the workers send it again (backends.applied)
             grad, whole, weight = grad[0:n], weight, weight[0:n]
         if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
@@ -195,63 +182,11 @@ class ServerState:
         elif key in self.to_register:
             self.to_register.discard(key)
             self.weights[key] = whole if self.region else weight  # registration round: record only
-        elif key in self.summing:  # the workers update: they pull the sum
-            weight[:] = grad
         else:
-            self.apply_gradient(key, weight, grad)
+            self.update.apply_sum(key, weight, grad)
         (whole if self.region else weight).wait_to_read()  # pulls read the store without waiting for the engine
         if self.region:
-            self.count_round(key, whole, n)
-
-    # -- proof of every push (auth.py) ------------------------------------------------------
-    def proven(self, key, grad, n):
-        """Whether this round of a dense key holds every worker's valid tag for its count;
-        a round that does not is dropped (logged, counted), never acted on."""
-        start = self._clock()
-        try:
-            if not (key in self.slots or key in self.tallies or key in self.to_assign or key in self.to_register):
-                return self.drop("a push to key %d, which no command of the job announced" % key)
-            tag_at = [n + r * auth.TAG_FLOATS for r in range(self.num_workers)]
-            return self._tags_check("key %d" % key, "fp32", key, n, grad, tag_at, range(self.num_workers))
-        except Exception as e:  # a shape no worker of the job pushes
-            return self.drop("a push to key %d that is not the job's (%s)" % (key, e))
-        finally:
-            self._clocked(start)
-
-    def _tags_check(self, what, kind, group, n, values, tag_at, ranks):
-        """values (the round's sum, or the payload rows; waited for) must hold at each offset of
-        tag_at the tag of the matching rank's MAC for this round of `group`, else the round is
-        dropped. One native call for the round (codec.tags_match); worker by worker only to
-        name the ones missing."""
-        count = self.rounds.get(group, 0)
-        macs = [auth.mac_bytes(self.session, kind, r, count, group, n) for r in ranks]
-        if codec.tags_match(values, tag_at, b"".join(macs)):
-            return True
-        bad = [r for r, at, m in zip(ranks, tag_at, macs) if not codec.tags_match(values, [at], m)]
-        return self.drop("round %d of %s without the job's proof from worker rank %s (a push from outside the "
-                         "job?); not applied" % (count, what, ", ".join(map(str, bad))))
-
-    def count_round(self, group, stored, n):
-        """One more round of `group` applied: its count goes after the data, where pulls read it.
-        Written in place once the update is done (the caller waited for the stored array), before
-        the handler returns and the server answers."""
-        start = self._clock()
-        self.rounds[group] = self.rounds.get(group, 0) + 1
-        self.proof_rounds += 1
-        where = self._status.get(group)
-        if where is None:  # MXNet keeps a key's stored array for the job's life: one capsule serves
-            where = self._status[group] = codec.writable(stored)
-        codec.set_value(where, n, self.rounds[group])
-        self._clocked(start)
-
-    @staticmethod
-    def _clock():
-        return time.perf_counter(), time.thread_time()
-
-    def _clocked(self, start):
-        """Add the time since start (from _clock) to the proofs' wall and CPU time."""
-        self.proof_seconds += time.perf_counter() - start[0]
-        self.proof_cpu_seconds += time.thread_time() - start[1]
+            self.proofs.count_round(key, whole, n)
 
     def handshake_answer(self, key, rows):
         """rows: [N, TAG_FLOATS], worker r's tag in row r (the others pushed zeros there).
@@ -318,8 +253,7 @@ class ServerState:
     def save(self, path, sid):
         import pickle
         from . import checkpoint
-        states = {k: _to_numpy(v) for k, v in self.updater.states.items()} if self.updater else {}
-        checkpoint.write_file(path, sid, pickle.dumps({"optimizer": self.optimizer, "states": states}))
+        checkpoint.write_file(path, sid, pickle.dumps({"optimizer": self.update.optimizer, "states": self.update.states()}))
 
     def load(self, path, sid):
         """Everything is read and checked before anything changes: a damaged file leaves the
@@ -329,119 +263,17 @@ class ServerState:
         body = checkpoint.read_file(path, sid)
         try:
             saved = pickle.loads(body)
-            optimizer, states = saved["optimizer"], {k: _to_ndarray(v) for k, v in saved["states"].items()}
+            optimizer, states = saved["optimizer"], GlobalUpdate.read_states(saved["states"])
         except Exception as e:
             raise checkpoint.Damaged("checkpoint file %s is missing, corrupted or truncated: %s"
                                      % (path, checkpoint.oneline(e))) from None
-        if optimizer is not None:  # none where the workers update (aggregate)
-            self.set_optimizer(optimizer)
-        self._momentum = {}  # rebuilt from the restored states at the next update
-        for k, v in states.items() if self.updater else ():
-            self.updater.states[k] = v
-            self.updater.states_synced[k] = True
-
-    @staticmethod
-    def _views(arr, ranges):
-        """arr (a bucket's flat weight, gradient or momentum) cut at `ranges`: made anew on every
-        call (a few slices per run; a cache keyed by the array's address was suspected in a
-        rare corrupted first update and removed)."""
-        flat = arr.reshape((-1,))
-        return [flat[b:e] for b, e in ranges]
-
-    def _updated(self, wk, size):
-        """The bucket's parameters this update moves: [(state id, begin, end)], without those a
-        skip command named (their weights and states stay as they are)."""
-        slots = self.slots.get(wk) or [(wk, 0, size)]
-        return [s for s in slots if s[0] not in self.skip] if self.skip else slots
-
-    def _skipped(self, wk, size):
-        """The bucket's update is done: its skipped parameters are skipped only once."""
-        if self.skip:
-            self.skip.difference_update(i for i, _, _ in self.slots.get(wk) or [(wk, 0, size)])
-
-    def _slot_ranges(self, wk, size):
-        return [(b, e) for _, b, e in self._updated(wk, size)]
-
-    def _runs(self, wk, size):
-        """Consecutive parameters of a bucket with the same multipliers: (first state id, begin,
-        end). One run per bucket unless lr_mult / wd_mult differ (or a skipped one is between)."""
-        runs = []
-        for i, b, e in self._updated(wk, size):
-            if runs and self.multipliers.get(i) == self.multipliers.get(runs[-1][0]) and runs[-1][2] == b:
-                runs[-1][2] = e
-            else:
-                runs.append([i, b, e])
-        return runs
-
-    def apply_gradient(self, wk, weight, grad):
-        """The global optimizer on every parameter of the bucket, each with its own state and
-        multipliers. SGD (with or without momentum) runs its own kernel once per run of
-        parameters with the same multipliers (once per bucket when none are set), the states
-        being views of one flat momentum; other optimizers go through MXNet's Updater parameter
-        by parameter. MXNet 1.9.1's multi_sgd_mom_update measured 15x slower than one
-        sgd_mom_update over the same values here (docs/performance.md)."""
-        from mxnet import ndarray as nd
-        opt = self.optimizer
-        if not self._plain_sgd(wk, weight, grad.dtype):
-            ids = [i for i, _, _ in self._updated(wk, weight.size)]
-            slots = self._slot_ranges(wk, weight.size)
-            if ids:
-                self.updater(ids, self._views(grad, slots), self._views(weight, slots))
-            weight.wait_to_read()
-            self._skipped(wk, weight.size)
-            return
-        runs = self._sgd_runs(wk, weight.size)
-        ranges = [(b, e) for b, e, _, _ in runs]
-        weights, grads = self._views(weight, ranges), self._views(grad, ranges)
-        moms = self._views(self._flat_momentum(wk, weight), ranges) if opt.momentum > 0 else None
-        for r, (_, _, lr, wd) in enumerate(runs):
-            kwargs = {"rescale_grad": opt.rescale_grad, "lr": lr, "wd": wd}
-            if opt.clip_gradient:
-                kwargs["clip_gradient"] = opt.clip_gradient
-            if moms is not None:
-                nd.sgd_mom_update(weights[r], grads[r], moms[r], out=weights[r], momentum=opt.momentum, **kwargs)
-            else:
-                nd.sgd_update(weights[r], grads[r], out=weights[r], **kwargs)
-        weight.wait_to_read()
-        self._skipped(wk, weight.size)
-
-    def _plain_sgd(self, wk, weight, grad_dtype):
-        """Whether the update is MXNet's own SGD kernel (with or without momentum), which the
-        server runs once per run of parameters instead of through the Updater."""
-        if self.optimizer is None:
-            raise RuntimeError("no optimizer was set on the server (kv.set_optimizer) before key %d was pushed" % wk)
-        from mxnet.optimizer import SGD
-        return type(self.optimizer) is SGD and weight.dtype == grad_dtype
-
-    def _sgd_runs(self, wk, size):
-        """What SGD's own update does first for every parameter of the bucket (count the
-        update: learning-rate schedules read it), then the bucket's runs with their rates:
-        [(begin, end, lr, wd)]."""
-        opt = self.optimizer
-        opt._update_count([i for i, _, _ in self._updated(wk, size)])
-        return [(b, e, opt._get_lrs([first])[0], opt._get_wds([first])[0]) for first, b, e in self._runs(wk, size)]
-
-    def _flat_momentum(self, wk, weight):
-        """One momentum array for the bucket; each parameter's state (what checkpoints save
-        and the Updater would use) is its view. States restored by load() are gathered in."""
-        flat = self._momentum.get(wk)
-        if flat is None:
-            from mxnet import ndarray as nd
-            flat = nd.zeros((weight.size,), ctx=weight.context)
-            slots = self.slots.get(wk) or [(wk, 0, weight.size)]
-            for (i, _, _), view in zip(slots, self._views(flat, self._slot_ranges(wk, weight.size))):
-                if self.updater.states.get(i) is not None:
-                    view[:] = self.updater.states[i].reshape((-1,))
-                self.updater.states[i] = view
-                self.updater.states_synced[i] = True
-            self._momentum[wk] = flat
-        return flat
+        self.update.restore(optimizer, states)
 
     def apply_payload(self, pk, rows, row_ids):
         """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""
         wk, n, threshold = self.payloads[pk]
         wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
-        if self.region and not self.proven_rows(pk, wk, n, wire, row_ids):  # before anything else: anyone can push
+        if self.region and not self.proofs.proven_rows(pk, wk, n, wire, row_ids):  # before anything else: anyone can push
             return
         if wk not in self.weights:
             raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
@@ -449,67 +281,9 @@ class ServerState:
         width = codec.packed_size(n) + (auth.TAG_FLOATS if self.region else 0)  # the codes, then the tag
         if wire.shape[1] != width:
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], width))
-        if wk in self.summing:  # the workers update: they pull the decoded sum
-            weight[0:n] = self._decoded_sum(pk, n, wire, threshold, weight.context)
-            weight.wait_to_read()
-        elif self._plain_sgd(wk, weight, np.float32):
-            # one native pass: every worker's row decoded and summed chunk by chunk in cache, and
-            # SGD's step taken from it (tags skipped), bit for bit what decode_sum and MXNet's
-            # own kernel give; the decoded gradient is never stored
-            opt = self.optimizer
-            mom = self._flat_momentum(wk, weight) if opt.momentum > 0 else None
-            codec.decode_sgd(wire, weight, mom, n, threshold, self._sgd_runs(wk, n), opt.momentum,
-                             opt.rescale_grad, opt.clip_gradient or None)
-            self._skipped(wk, n)
-        else:
-            self.apply_gradient(wk, weight, self._decoded_sum(pk, n, wire, threshold, weight.context))  # waits
+        self.update.apply_codes(pk, wk, weight, wire, n, threshold)
         if self.region:
-            self.count_round(wk, weight, n)
-
-    def _decoded_sum(self, pk, n, wire, threshold, ctx):
-        """The sum of every worker's decoded row of payload key pk (one native call, tags
-        skipped), in a buffer kept per payload key."""
-        from mxnet import ndarray as nd
-        if pk not in self._decoded:
-            self._decoded[pk] = nd.zeros((n,), ctx=ctx)
-        codec.decode_sum(wire, self._decoded[pk], threshold)
-        return self._decoded[pk]
-
-    def proven_rows(self, pk, wk, n, wire, row_ids):
-        """Whether every worker pushed exactly its own row, each ending with its valid tag
-        for this round of the bucket (weight key wk)."""
-        start = self._clock()
-        try:
-            words = codec.packed_size(n)
-            ranks = [int(r) for r in (row_ids if isinstance(row_ids, np.ndarray) else row_ids.asnumpy())]
-            width = words + auth.TAG_FLOATS
-            if wire.shape[1] != width or sorted(ranks) != list(range(self.num_workers)):
-                return self.drop("a push to payload key %d that is not the job's (rows %s of %d values)"
-                                 % (pk, ranks, wire.shape[1]))
-            return self._tags_check("payload key %d" % pk, "codes", wk, n, np.ascontiguousarray(wire),
-                                    [i * width + words for i in range(len(ranks))], ranks)
-        except Exception as e:
-            return self.drop("a push to payload key %d that is not the job's (%s)" % (pk, e))
-        finally:
-            self._clocked(start)
-
-
-def _to_numpy(state):
-    """An optimizer state (NDArray, None, or nested tuples/lists of them) with numpy arrays."""
-    if state is None:
-        return None
-    if isinstance(state, (tuple, list)):
-        return type(state)(_to_numpy(s) for s in state)
-    return state.asnumpy()
-
-
-def _to_ndarray(state):
-    from mxnet import ndarray as nd
-    if state is None:
-        return None
-    if isinstance(state, (tuple, list)):
-        return type(state)(_to_ndarray(s) for s in state)
-    return nd.array(state, dtype=state.dtype)
+            self.proofs.count_round(wk, weight, n)
 
 
 def _controller(state, kv):
@@ -561,9 +335,10 @@ def run_node():
     proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     ctrl = proto(_controller(state, kv))
     check_call(_LIB.MXKVStoreRunServer(kv.handle, ctrl, None))
-    if os.environ.get("CDSGD_PROOF_STATS") and state.proof_rounds:  # python -m cdsgd_mx.bench.comm asks
-        print("PROOF_STATS %s" % json.dumps({"rounds": state.proof_rounds, "seconds": state.proof_seconds,
-                                             "cpu_seconds": state.proof_cpu_seconds}), flush=True)
+    if os.environ.get("CDSGD_PROOF_STATS") and state.proofs.counted:  # python -m cdsgd_mx.bench.comm asks
+        p = state.proofs
+        print("PROOF_STATS %s" % json.dumps({"rounds": p.counted, "seconds": p.seconds, "cpu_seconds": p.cpu_seconds}),
+              flush=True)
 
 
 def run_scheduler():

@@ -7,8 +7,12 @@ forward/backward, and the communication thread the rounds run on.
         loc_buf = W(t), the local update with g(t) gives x(t+1) (eq. 11), then round t goes to
         the communication thread and the step returns.
 
-API: StepEngine(rounds, local, tracer, aggregate).step(bset, t, held) / finish_step() /
-wait_all(sets) / close(); driven_by_trainer; comm (the communication thread).
+The engine owns where each bucket set is: its step t and the round in flight whose pull brings
+W(t) (checkpoints read and restore them through position/resume).
+
+API: StepEngine(rounds, local, tracer, aggregate).step(bset, held) / finish_step() /
+wait_all(sets) / close() / position(bset) / resume(bset, t, in_flight); driven_by_trainer;
+comm (the communication thread).
 """
 import mxnet as mx
 
@@ -16,7 +20,7 @@ from .comm import CommError, Communicator
 
 
 class StepEngine:
-    """Runs each bucket set's step t as the schedule says (rounds.schedule), on rounds (a
+    """Runs each bucket set's next step t as the schedule says (rounds.schedule), on rounds (a
     RoundRunner) and local (a LocalUpdate). held: parameters not updated at this step (no
     worker had a fresh gradient): no local step for them, and their residual kept."""
 
@@ -25,8 +29,22 @@ class StepEngine:
         self.comm = Communicator()
         self.driven_by_trainer = False  # the Trainer calls finish_step once per step
         self._sync_sets = []            # synchronous rounds of this step: parameters = comm_buf after the pull
+        self._t = {}                    # bucket set -> its next step (the schedule's t)
+        self._in_flight = {}            # bucket set -> the flush after which W(t) is (being) pulled into comm_buf
 
-    def step(self, bset, t, held=()):
+    def position(self, bset):
+        """(the set's next step t, whether a round is in flight that brings W(t) into comm_buf)."""
+        return self._t.get(bset, 0), self._in_flight.get(bset) is not None
+
+    def resume(self, bset, t, in_flight):
+        """Continue the set at step t (checkpoint restore); in_flight: W(t) is already in comm_buf
+        where a delayed step will wait for it (an empty flush stands for its round)."""
+        self._t[bset] = t
+        self._in_flight[bset] = self.comm.flush() if in_flight else None
+
+    def step(self, bset, held=()):
+        t = self._t.get(bset, 0)
+        self._t[bset] = t + 1
         if self.rounds.schedule.delayed(t):
             self._delayed_step(bset, t, held)
         else:
@@ -36,9 +54,9 @@ class StepEngine:
         """x(t+1) = W(t+1): comm_buf = g(t); push it, pull the new global weights into
         comm_buf; the parameters = comm_buf once the rounds are ready (finish_step). held:
         parameters not updated at this step (no fresh gradient anywhere)."""
-        if bset.in_flight is not None:  # cannot happen with the schedules above; kept safe
-            self.comm.wait(bset.in_flight)
-            bset.in_flight = None
+        if self._in_flight.get(bset) is not None:  # cannot happen with the schedules above; kept safe
+            self.comm.wait(self._in_flight[bset])
+            self._in_flight[bset] = None
         if not (self.rounds.schedule.compressed(t) and not bset.device):
             bset.grad_to_comm()  # pushing grad_buf itself would let MXNet pull into it
         # (a compressed round of host buckets quantizes grad_buf itself: one copy less)
@@ -52,8 +70,8 @@ class StepEngine:
         """x(t+1) = W(t) - local step with g(t); round t goes on in the background. held:
         parameters not updated at this step (x(t+1) = W(t) for them)."""
         with self.tracer.span("wait W(t)", step=t):
-            if bset.in_flight is not None:
-                self.comm.wait(bset.in_flight)   # W(t) is (being) pulled into comm_buf
+            if self._in_flight.get(bset) is not None:
+                self.comm.wait(self._in_flight[bset])  # W(t) is (being) pulled into comm_buf
             bset.comm_to_loc()                     # the engine orders this after that pull
         with self.tracer.span("local update", step=t):
             restore = bset.hold_loc(held) if held else None
@@ -63,7 +81,7 @@ class StepEngine:
             bset.scatter("loc")
             bset.grad_to_comm()                    # comm_buf = g(t): backward of t+1 may now write grad_buf
         keep = bset.keep_residual(held) if held and self.rounds.schedule.compressed(t) else None
-        bset.in_flight = self.comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
+        self._in_flight[bset] = self.comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
         if not self.driven_by_trainer:
             self.comm.flush()  # do not wait: the round finishes in the background
 

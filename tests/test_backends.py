@@ -27,9 +27,14 @@ def test_both_backends_implement_every_declared_method():
 
 def test_the_kvstore_uses_only_what_a_backend_declares():
     used = set()
-    for name in ("kvstore.py", "job_checkpoint.py", "guards.py"):
+    for name in ("kvstore.py", "job_checkpoint.py", "guards.py", "rounds.py", "step.py", "local_update.py", "compression.py", "gluon_rules.py"):
         text = (ROOT / "cdsgd_mx" / name).read_text()
         used |= set(re.findall(r"(?:_backend|\bbackend)\.([a-z_]+)", text))
     assert used, "no backend use found: the pattern is out of date"
     undeclared = used - DECLARED - set(ONLY_ONE)
     assert not undeclared, "used but not declared in backends.Backend: %s" % sorted(undeclared)
+
+
+def test_create_picks_the_in_process_server_for_local_and_none():
+    for kvstore in ("local", None):
+        assert type(backends.create(kvstore)) is backends.LocalBackend

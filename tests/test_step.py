@@ -14,7 +14,7 @@ class FakeSet:
     device = None
 
     def __init__(self, log):
-        self.log, self.in_flight = log, None
+        self.log = log
 
     def __getattr__(self, name):  # grad_to_comm, comm_to_loc, scatter, hold_loc, keep_residual ...
         def call(*args):
@@ -52,13 +52,13 @@ def engine(alg="cdsgd", warmup=2, k=2):
 
 def test_a_synchronous_step_waits_for_its_round_then_hands_out_w():
     e, log, bset = engine("bitsgd", warmup=1)
-    e.step(bset, 0)
+    e.step(bset)  # t = 0
     e.finish_step()
     assert log[:2] == [("grad_to_comm",), ("push", 0)]
     # the parameters get W only after the round's pulls were issued, and its check ran before finish returns
     assert log.index(("scatter", "comm")) > log.index(("push", 0)) and ("check", 0) in log
     log.clear()
-    e.step(bset, 1)  # compressed: grad_buf is quantized in place, no copy to comm_buf
+    e.step(bset)  # t = 1, compressed: grad_buf is quantized in place, no copy to comm_buf
     e.finish_step()
     assert ("grad_to_comm",) not in log and ("push", 1) in log
     e.close()
@@ -66,11 +66,10 @@ def test_a_synchronous_step_waits_for_its_round_then_hands_out_w():
 
 def test_a_delayed_step_waits_for_the_previous_round_and_returns_with_its_own_in_flight():
     e, log, bset = engine("cdsgd", warmup=1)  # every step delayed (n - 1 = 0)
-    e.step(bset, 0)
+    e.step(bset)
     e.finish_step()
-    first = bset.in_flight
-    assert first is not None
-    e.step(bset, 1)
+    assert e.position(bset) == (1, True)  # round 0 in flight, bringing W(1)
+    e.step(bset)
     e.finish_step()
     e.wait_all([])
     order = [x[0] for x in log]
@@ -84,10 +83,23 @@ def test_a_delayed_step_waits_for_the_previous_round_and_returns_with_its_own_in
 
 def test_held_parameters_keep_w_and_their_residual():
     e, log, bset = engine("cdsgd", warmup=0, k=3)  # step 1: delayed and compressed
-    e.step(bset, 1, held=["p2"])
+    e.resume(bset, 1, False)
+    e.step(bset, held=["p2"])
     e.finish_step()
     e.wait_all([])
     order = [x[0] for x in log]
     assert order.index("hold_loc") < order.index("local update") < order.index("restore loc")
     assert order.index("keep_residual") < order.index("push") < order.index("restore residual")
+    e.close()
+
+
+def test_a_resumed_set_goes_on_at_its_step_and_waits_for_the_round_it_resumed_with():
+    e, log, bset = engine("cdsgd", warmup=0, k=3)
+    e.resume(bset, 5, True)  # a checkpoint taken with W(5) on its way into comm_buf
+    assert e.position(bset) == (5, True)
+    e.step(bset)
+    e.finish_step()
+    e.wait_all([])
+    assert ("push", 5) in log and e.position(bset) == (6, True)
+    assert [x[0] for x in log][:2] == ["comm_to_loc", "local update"]  # delayed: W(5) first, then eq. 11
     e.close()

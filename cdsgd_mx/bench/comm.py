@@ -238,17 +238,16 @@ def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
     import mxnet as mx
     import numpy as np
     from .. import auth, buckets as bucketing, protocol
-    from ..backends import DistBackend
+    from ..proofs import WorkerProofs
     sizes = [int(p.data().size) for p in build_model(model).collect_params().values() if p.grad_req != "null"]
     plan = bucketing.plan(list(enumerate(sizes)), bucket_size or bucketing.DEFAULT_BUCKET_SIZE, workers, servers,
                           protocol.Keys(servers), bound=protocol.DEFAULT_BIGARRAY_BOUND)
     region = workers * auth.TAG_FLOATS
     bucketing.BucketSet(plan, {k: (n,) for k, n in enumerate(sizes)},  # gives each bucket its comm_buf views
                         {k: [mx.nd.zeros((n,))] for k, n in enumerate(sizes)}, False, region=region)
-    backend = DistBackend.__new__(DistBackend)  # the proof calls only, no kvstore
-    backend.rank, backend.num_workers, backend.num_servers = 0, workers, servers
-    backend.session_keys = [auth.session_key(auth.new_secret().encode(), auth.new_nonce()) for _ in range(servers)]
-    backend.region, backend.rounds, backend.rows = region, {}, {}
+    # the worker side of the proofs as a DistBackend runs it, without a kvstore
+    backend = WorkerProofs([auth.session_key(auth.new_secret().encode(), auth.new_nonce()) for _ in range(servers)],
+                           0, workers)
     for b in plan:
         backend.seal(b)  # the first round's proofs (later ones: after each round)
     mx.nd.waitall()
@@ -280,14 +279,11 @@ def server_proof_cost(model, workers, bucket_size=None, repeats=100):
     import mxnet as mx
     import numpy as np
     from .. import auth, buckets as bucketing, protocol
-    from ..server import ServerState
+    from ..proofs import ServerProofs
     sizes = [int(p.data().size) for p in build_model(model).collect_params().values() if p.grad_req != "null"]
     plan = bucketing.plan(list(enumerate(sizes)), bucket_size or bucketing.DEFAULT_BUCKET_SIZE, workers, 1,
                           protocol.Keys(1), bound=protocol.DEFAULT_BIGARRAY_BOUND)
-    state = ServerState(secret=auth.new_secret().encode())
-    state.num_workers, state.region = workers, workers * auth.TAG_FLOATS
-    state.command({"op": "register", "weights": [], "payloads": {},
-                   "slots": {str(b.weight_key): [[b.weight_key, 0, b.size, 1.0, 1.0]] for b in plan}})
+    state = ServerProofs(auth.session_key(auth.new_secret().encode(), auth.new_nonce()), workers, drop=lambda why: False)
     merged = {b.weight_key: mx.nd.zeros((b.size + state.region,)) for b in plan}
     stored = {b.weight_key: mx.nd.zeros((b.size + state.region,)) for b in plan}
     seconds = 0.0
@@ -299,7 +295,7 @@ def server_proof_cost(model, workers, bucket_size=None, repeats=100):
         mx.nd.waitall()
         start = time.perf_counter()
         for b in plan:
-            if not state.proven(b.weight_key, merged[b.weight_key], b.size):
+            if not state.proven(b.weight_key, merged[b.weight_key], b.size, announced=True):
                 raise AssertionError("the benchmark's round was not proven")
             state.count_round(b.weight_key, stored[b.weight_key], b.size)
         seconds += time.perf_counter() - start

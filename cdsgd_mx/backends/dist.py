@@ -1,20 +1,21 @@
-"""Where a worker's pushes and pulls go: MXNet's parameter server (dist_sync), or an in-process
-server for kvstore='local' / None (the same semantics with one worker)."""
-import abc
+"""The worker's side of MXNet's parameter server (dist_sync): pushes and pulls through ps-lite,
+proven by proofs.py, commands with one MAC per server, the start-up handshake."""
 import itertools
 import json
 import os
-import pickle
 import sys
 
 import mxnet as mx
 import numpy as np
 
-from . import auth, heartbeat, optimizer_spec, protocol
-from .server import COMMAND_PREFIX, START_MESSAGE, ServerState
+from .. import auth, heartbeat, optimizer_spec, proofs, protocol
+from ..server import COMMAND_PREFIX, START_MESSAGE
+from .base import MAX_RESENDS, Backend, dropped, registration
+
+command_numbers = itertools.count(1)  # per process, as the servers' count of the job's commands
 
 
-def _exit_on_uncaught_exception():
+def exit_on_uncaught_exception():
     """An uncaught exception in a worker would leave it hanging in the kvstore's destructor (a
     barrier the others never reach): print it and end the process, so the launcher sees the
     failure and stops the job."""
@@ -31,40 +32,12 @@ def _exit_on_uncaught_exception():
     sys.excepthook = hook
 
 
-def _registration(buckets, threshold, compressing, aggregate=False):
-    """The servers' register command: each bucket's parameters (slots: state id, range in the
-    weight key, lr_mult, wd_mult), when compressing its payload key, and with aggregate the
-    weight keys that from now on hold the workers' summed gradient (the workers update)."""
-    return {"op": "register", "weights": [b.weight_key for b in buckets] if compressing else [],
-            "sum": [b.weight_key for b in buckets] if aggregate else [],
-            "slots": {str(b.weight_key): [[s.state_id, s.offset - b.offset, s.offset - b.offset + s.size,
-                                           s.lr_mult, s.wd_mult] for s in b.slots] for b in buckets},
-            "payloads": {str(b.payload_key): [b.weight_key, b.size, threshold] for b in buckets} if compressing else {}}
-
-
-MAX_RESENDS = 100  # a round dropped this often in a row: a flood from outside the job, not a stray push
-
-
-def dropped(rank, what, attempt):
-    """A round the server dropped (a push from outside the job took a place in it): say so on
-    this worker; after MAX_RESENDS in a row stop rather than spin."""
-    if attempt >= MAX_RESENDS:
-        raise RuntimeError("the server dropped %s %d times in a row: pushes from outside the job keep reaching it "
-                           "(its log says 'dropped message'); stopping" % (what, attempt + 1))
-    sys.stderr.write("cdsgd_mx worker %d: the server dropped %s (a push from outside the job took a place in it); "
-                     "sending it again\n" % (rank, what))
-    sys.stderr.flush()
-
-
-_command_numbers = itertools.count(1)  # per process, as the servers' count of the job's commands
-
-
-def _engine_order(reads, writes):
+def engine_order(reads, writes):
     """Queue an engine op that does nothing, reading `reads` and writing `writes` (NDArrays): MXNet
     then runs every later op on `writes` after every earlier op on both."""
     import ctypes
     from mxnet.base import _LIB, check_call, NDArrayHandle
-    from . import _native
+    from .. import _native
     handles = lambda arrays: (NDArrayHandle * len(arrays))(*[a.handle for a in arrays])
     cpu = (ctypes.c_int32 * 2)(1, 0)  # mxnet::Context{kCPU, 0}: the op runs on a CPU worker
     check_call(_LIB.MXEnginePushSyncND(ctypes.c_void_p(_native.engine_noop_address()), None, None, cpu,
@@ -72,99 +45,10 @@ def _engine_order(reads, writes):
                                        None, 0, ctypes.c_char_p(b"cdsgd_order")))
 
 
-class Backend(abc.ABC):
-    """What the kvstore asks of a transport: MXNet's parameter server (DistBackend) or the same
-    semantics in one process (LocalBackend). Attributes: rank, num_workers, num_servers, region
-    (floats of proof after each pushed array, 0 without), rounds (key -> rounds applied, as this
-    worker saw)."""
-
-    rank: int
-    num_workers: int
-    num_servers: int
-    region: int
-
-    # -- control: the optimizer, keys, commands, small all-worker exchanges
-    @abc.abstractmethod
-    def set_optimizer(self, optimizer): """The global optimizer, to every server."""
-
-    @abc.abstractmethod
-    def init(self, keys, values): """Keys stored on their servers, with rank 0's values."""
-
-    @abc.abstractmethod
-    def init_payloads(self, buckets): """The buckets' payload keys (2-bit codes, one row per worker)."""
-
-    @abc.abstractmethod
-    def register(self, buckets, threshold, compressing, aggregate=False): """Tell the servers the buckets' layout."""
-
-    @abc.abstractmethod
-    def command(self, msg): """An authenticated command to every server; every worker waits for it."""
-
-    @abc.abstractmethod
-    def assign(self, values): """Set global weights {weight key: array} (checkpoint restore)."""
-
-    @abc.abstractmethod
-    def gather_rows(self, key, row): """Every worker's row, stacked (start-up agreement)."""
-
-    @abc.abstractmethod
-    def exchange(self, row): """(every worker's row, every server's checkpoint result)."""
-
-    @abc.abstractmethod
-    def server_message(self, s): """Server s's last checkpoint error, if this process knows it."""
-
-    @abc.abstractmethod
-    def open_tally(self, key, width): """A key whose every round stores the workers' sum."""
-
-    @abc.abstractmethod
-    def tally(self, key, value): """The sum of every worker's value for this round."""
-
-    @abc.abstractmethod
-    def set_learning_rate(self, lr): """The servers' learning rate."""
-
-    @abc.abstractmethod
-    def follow_rescale(self, rescale_grad): """A new rescale_grad where the servers can follow it."""
-
-    # -- a round: push (fp32 or codes) with its proof, pull W, check it was applied
-    @abc.abstractmethod
-    def push(self, key, value): """An fp32 push to a weight key."""
-
-    @abc.abstractmethod
-    def wire_row(self, key): """This worker's row of a payload key, where the codes are encoded."""
-
-    @abc.abstractmethod
-    def push_payload(self, key): """Push this worker's payload row."""
-
-    @abc.abstractmethod
-    def seal(self, bucket): """This worker's proof of the bucket's next round, into what it pushes."""
-
-    @abc.abstractmethod
-    def request_acks(self, payload_keys): """Ask for the payload rounds' acknowledgements."""
-
-    @abc.abstractmethod
-    def wait_acks(self, payload_keys): """Wait until they are in."""
-
-    @abc.abstractmethod
-    def pull_after_acks(self, pulls): """[(payload key, weight key, out)]: each pull once its ack is in."""
-
-    @abc.abstractmethod
-    def trace_ack(self, tracer, key, start_us, **args): """A trace span for an acknowledgement."""
-
-    @abc.abstractmethod
-    def pull(self, key, out): """Pull a key's stored value into out."""
-
-    @abc.abstractmethod
-    def bucket_applied(self, bucket): """Whether the servers applied the bucket's round (else resend)."""
-
-    @abc.abstractmethod
-    def resend(self, bucket, compressed, gradient): """Send a dropped round again, and pull."""
-
-    @abc.abstractmethod
-    def seal_next(self, bucket): """Ready the proof of the bucket's next round."""
-
-
 class DistBackend(Backend):
     def __init__(self, store):
         """store: 'dist_sync', or a dist_sync KVStore the script already made (one per process)."""
-        _exit_on_uncaught_exception()
+        exit_on_uncaught_exception()
         self.secret = auth.job_secret()  # before MXNet's start-up barrier: a missing one fails alone
         heartbeat.start()
         with heartbeat.waiting("start-up: every node of the job to register with the scheduler"):
@@ -172,9 +56,6 @@ class DistBackend(Backend):
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
-        self.region = self.num_workers * auth.TAG_FLOATS  # the proof after each pushed array (auth.py)
-        self.rounds = {}    # weight key (or a lone key) -> its rounds the servers applied, as this worker saw
-        self.payload_regions = {}  # payload key -> the proof's part of this worker's row
         self.acks = {}      # payload key -> row_sparse array an empty pull writes (see request_acks)
         self.staging = {}   # payload key -> dense [N, words]: this worker's codes in its own row
         self.rows = {}      # payload key -> this worker's row of its staging array
@@ -189,6 +70,13 @@ class DistBackend(Backend):
             self.answers = self.handshake()
         self.session_keys = [auth.session_key(self.secret, self.answers[s][self.rank, 2:])
                              for s in range(self.num_servers)]
+        self.proofs = proofs.WorkerProofs(self.session_keys, self.rank, self.num_workers)  # proofs.py
+        self.region = self.proofs.region  # the proof after each pushed array
+
+    @property
+    def rounds(self):
+        """Weight key (or a lone key) -> its rounds the servers applied, as this worker saw."""
+        return self.proofs.rounds
 
     def set_optimizer(self, optimizer):
         """As plain data in an authenticated command (never MXNet's pickle: servers run no code
@@ -203,64 +91,15 @@ class DistBackend(Backend):
     def _padded(self, value):
         return mx.nd.concat(value.reshape((-1,)), mx.nd.zeros((self.region,)), dim=0)
 
-    # -- proof of every push (auth.py): a MAC tag per round, checked by the server ----------
-    def proof(self, group, n, kind):
-        """This worker's proof region for the next round of `group` (n data values): its tag
-        in its own slot, zeros in the others' (the server sums the workers' pushes)."""
-        region = np.zeros(self.region, np.float32)
-        at = self.rank * auth.TAG_FLOATS
-        region[at:at + auth.TAG_FLOATS] = auth.tag(self._session(group), kind, self.rank, self.rounds.get(group, 0),
-                                                   group, n)
-        return region
-
-    def _session(self, key):
-        """The session key of the server that holds `key` (MXNet's placement rule; a bucket's
-        payload key shares its weight key's server)."""
-        return self.session_keys[protocol.server_of(key, self.num_servers)]
-
+    # -- proof of every push: the worker side of proofs.py --------------------------------
     def seal(self, bucket):
-        """Before a round of the bucket is pushed: its proof after the data in comm_buf and
-        after the codes in this worker's payload row. Normally already written, off the
-        critical path, after the check of the round before (seal_next)."""
-        if bucket.sealed_for != self.rounds.get(bucket.weight_key, 0):
-            self._seal_next(bucket)
-
-    def _seal_next(self, bucket):
-        """Write both proofs for the bucket's next round: synchronous copies into the regions,
-        which no engine op reads or writes until the next push (pulls come after it)."""
-        wk, count = bucket.weight_key, self.rounds.get(bucket.weight_key, 0)
-        bucket.comm_region._sync_copyfrom(self.proof(wk, bucket.size, "fp32"))
-        if bucket.payload_key in self.rows:
-            self.payload_regions[bucket.payload_key]._sync_copyfrom(
-                auth.tag(self._session(wk), "codes", self.rank, count, wk, bucket.size))
-        bucket.sealed_for = count
-
-    def applied(self, group, status):
-        """Whether the server applied this worker's last round of `group`: the count of applied
-        rounds that the pull brought back after the data went one up (this worker then counts
-        it too). It stays put when the server dropped the round: a push that is not the job's
-        reached it, and MXNet's server, which counts pushes per key before any check, closed
-        the round with it, one of the job's pushes short. The caller then sends its push again
-        (resend): the pushes of the dropped round come again, the one it left out is already
-        there, and the next round of the key holds every worker's push once."""
-        count = self.rounds.get(group, 0)
-        if status == count + 1:
-            self.rounds[group] = count + 1
-            return True
-        if status == count:
-            return False
-        raise RuntimeError("the server of key %d answered round %d with a count of %g applied rounds: the rounds "
-                           "of this worker and the server's are out of step" % (group, count, status))
+        self.proofs.seal(bucket)
 
     def bucket_applied(self, bucket):
-        """applied() with the count the pull brought back after the bucket's weights (waits for
-        the pull)."""
-        return self.applied(bucket.weight_key, float(bucket.comm_status.asnumpy()[0]))
+        return self.proofs.bucket_applied(bucket)
 
     def seal_next(self, bucket):
-        """The proofs of the bucket's next round, written ahead (after an applied round, off the
-        step's critical path)."""
-        self._seal_next(bucket)
+        self.proofs.seal_next(bucket)
 
     def resend(self, bucket, compressed, gradient):
         """Push the bucket's dropped round again and pull: the codes still in this worker's
@@ -272,7 +111,7 @@ class DistBackend(Backend):
             self.wait_acks([bucket.payload_key])
         else:
             gradient.copyto(bucket.comm)
-            self._seal_next(bucket)  # the pull overwrote the region too
+            self.proofs.seal_next(bucket)  # the pull overwrote the region too
             self.push(bucket.weight_key, bucket.comm_wire)
         self.pull(bucket.weight_key, bucket.comm_wire)
 
@@ -283,7 +122,7 @@ class DistBackend(Backend):
         data = np.asarray(data, np.float32).reshape(-1)
         via = self.wires.get(key)
         for attempt in range(MAX_RESENDS + 1):
-            wire = np.concatenate([data, self.proof(key, data.size, "fp32")])
+            wire = np.concatenate([data, self.proofs.region_for(key, data.size)])
             if via is not None:
                 # a bucket's weight key goes through its own comm_wire: MXNet pulls a key into the
                 # array last pushed to it, so every later pull of W lands there with no copy
@@ -296,7 +135,7 @@ class DistBackend(Backend):
             self.kv.pull(key, out=back)  # ordered after this worker's push of the same key
             with heartbeat.waiting("a round of key %d (start-up, vote or restore)" % key):
                 values = back.asnumpy()
-            if self.applied(key, float(values[data.size])):
+            if self.proofs.applied(key, float(values[data.size])):
                 return values[:data.size]
             dropped(self.rank, "round %d of key %d" % (self.rounds.get(key, 0), key), attempt)
 
@@ -313,7 +152,7 @@ class DistBackend(Backend):
             self.staging[b.payload_key] = mx.nd.zeros((n, width))
             self.rows[b.payload_key] = self.staging[b.payload_key][self.rank]
             self.codes[b.payload_key] = self.rows[b.payload_key][:b.words]
-            self.payload_regions[b.payload_key] = self.rows[b.payload_key][b.words:]
+            self.proofs.payload_regions[b.payload_key] = self.rows[b.payload_key][b.words:]
             self.payloads[b.payload_key] = mx.nd.sparse.row_sparse_array(
                 (mx.nd.ones((1, width)), mx.nd.array([self.rank], dtype="int64")), shape=(n, width))
             self.acks[b.payload_key] = mx.nd.sparse.zeros("row_sparse", (n, width))
@@ -324,7 +163,7 @@ class DistBackend(Backend):
         with that server's session key; server s checks the s-th); every worker waits for it at
         a barrier."""
         if self.rank == 0:
-            body = json.dumps(dict(msg, seq=next(_command_numbers)))
+            body = json.dumps(dict(msg, seq=next(command_numbers)))
             macs = ",".join(auth.mac(key, "command", body) for key in self.session_keys)
             self.kv._send_command_to_servers(0, COMMAND_PREFIX + macs + ":" + body)
         with heartbeat.waiting("the barrier after command %r" % msg.get("op")):
@@ -334,7 +173,7 @@ class DistBackend(Backend):
         """Tell the servers which parameters each bucket holds and, when compressing, which
         payload key decodes into which weight, then run the registration round: a zero push
         to every weight key, which the server only records (a payload update needs it)."""
-        self.command(_registration(buckets, threshold, compressing, aggregate))
+        self.command(registration(buckets, threshold, compressing, aggregate))
         for b in buckets:
             self.wires[b.weight_key] = b.comm_wire
         if not compressing:
@@ -457,7 +296,7 @@ class DistBackend(Backend):
         see round_trip)."""
         for pk, wk, out in pulls:
             if self.wires.get(wk) is out:
-                _engine_order(reads=[self.acks[pk]], writes=[out])
+                engine_order(reads=[self.acks[pk]], writes=[out])
             else:  # out is not where MXNet pulls the key into: wait here
                 self.wait_acks([pk])
             self.kv.pull(wk, out=out)
@@ -470,105 +309,3 @@ class DistBackend(Backend):
 
     def follow_rescale(self, rescale_grad):
         pass  # gluon refuses a new batch size on a distributed kvstore: the servers keep theirs
-
-
-class LocalBackend(Backend):
-    """kvstore='local' or None: the same semantics with one worker and the server in process
-    (no network: no proof regions, nothing to check)."""
-
-    rank = 0
-    num_workers = 1
-    num_servers = 1
-    region = 0
-
-    def __init__(self):
-        self.server = ServerState()
-        self.rounds = {}   # nothing is dropped in one process: no rounds to count
-        self.store = {}
-        self.staging = {}  # payload key -> numpy [1, words]: the codes the next push carries
-
-    def set_optimizer(self, optimizer):
-        # a copy, as the servers get one: pickling drops gluon's param_dict, whose indices are
-        # not the server's state ids (sharing it applied one parameter's lr_mult to another);
-        # in process, so any optimizer works, also one defined in the script
-        self.server.set_optimizer(pickle.loads(pickle.dumps(optimizer)))
-
-    def init(self, keys, values):
-        for k, v in zip(keys, values):
-            self.store[k] = v.copy()
-
-    def init_payloads(self, buckets):
-        for b in buckets:
-            self.staging[b.payload_key] = np.zeros((1, b.words), np.float32)
-
-    def command(self, msg):
-        self.server.command(json.dumps(msg))
-
-    def assign(self, values):
-        for k, v in values.items():
-            self.store[k][:] = v
-
-    def gather_rows(self, key, row):
-        return np.asarray(row, np.float32).reshape(1, -1)
-
-    def exchange(self, row):
-        return np.asarray(row, np.float32).reshape(1, -1), np.array([self.server.checkpoint_result], np.float32)
-
-    def server_message(self, s):
-        return self.server.checkpoint_error
-
-    def open_tally(self, key, width):
-        pass
-
-    def tally(self, key, value):
-        return np.asarray(value, np.float32)
-
-    def register(self, buckets, threshold, compressing, aggregate=False):
-        msg = _registration(buckets, threshold, compressing, aggregate)
-        msg["weights"] = []  # no registration round: the weights are at hand
-        self.server.command(msg)
-        for b in buckets:
-            self.server.weights[b.weight_key] = self.store[b.weight_key]
-
-    def push(self, key, value):
-        self.server(key, value.copy(), self.store[key])
-
-    def wire_row(self, key):
-        return self.staging[key][0]
-
-    def seal(self, bucket):
-        pass
-
-    def bucket_applied(self, bucket):
-        return True  # in process: every push is applied at once
-
-    def resend(self, bucket, compressed, gradient):
-        raise RuntimeError("kvstore='local' never drops a round: nothing to send again")
-
-    def seal_next(self, bucket):
-        pass
-
-    def push_payload(self, key):
-        self.server.apply_payload(key, self.staging[key], None)
-
-    def request_acks(self, payload_keys):
-        pass  # pushes are applied synchronously in process
-
-    def wait_acks(self, payload_keys):
-        pass
-
-    def pull_after_acks(self, pulls):
-        for _, wk, out in pulls:
-            self.pull(wk, out)
-
-    def trace_ack(self, tracer, key, start_us, **args):
-        pass  # applied at once, in process
-
-    def pull(self, key, out):
-        self.store[key].copyto(out)
-
-    def set_learning_rate(self, lr):
-        self.server.optimizer.set_learning_rate(lr)
-
-    def follow_rescale(self, rescale_grad):
-        self.server.optimizer.rescale_grad = rescale_grad  # gluon sets it from each step's batch size

@@ -1,0 +1,118 @@
+"""The declared interface of a backend (Backend) and what both backends share: the servers'
+register command, the count of commands, the resend rule."""
+import abc
+import sys
+
+
+def registration(buckets, threshold, compressing, aggregate=False):
+    """The servers' register command: each bucket's parameters (slots: state id, range in the
+    weight key, lr_mult, wd_mult), when compressing its payload key, and with aggregate the
+    weight keys that from now on hold the workers' summed gradient (the workers update)."""
+    return {"op": "register", "weights": [b.weight_key for b in buckets] if compressing else [],
+            "sum": [b.weight_key for b in buckets] if aggregate else [],
+            "slots": {str(b.weight_key): [[s.state_id, s.offset - b.offset, s.offset - b.offset + s.size,
+                                           s.lr_mult, s.wd_mult] for s in b.slots] for b in buckets},
+            "payloads": {str(b.payload_key): [b.weight_key, b.size, threshold] for b in buckets} if compressing else {}}
+
+
+MAX_RESENDS = 100  # a round dropped this often in a row: a flood from outside the job, not a stray push
+
+
+def dropped(rank, what, attempt):
+    """A round the server dropped (a push from outside the job took a place in it): say so on
+    this worker; after MAX_RESENDS in a row stop rather than spin."""
+    if attempt >= MAX_RESENDS:
+        raise RuntimeError("the server dropped %s %d times in a row: pushes from outside the job keep reaching it "
+                           "(its log says 'dropped message'); stopping" % (what, attempt + 1))
+    sys.stderr.write("cdsgd_mx worker %d: the server dropped %s (a push from outside the job took a place in it); "
+                     "sending it again\n" % (rank, what))
+    sys.stderr.flush()
+
+
+class Backend(abc.ABC):
+    """What the kvstore asks of a transport: MXNet's parameter server (DistBackend) or the same
+    semantics in one process (LocalBackend). Attributes: rank, num_workers, num_servers, region
+    (floats of proof after each pushed array, 0 without), rounds (key -> rounds applied, as this
+    worker saw)."""
+
+    rank: int
+    num_workers: int
+    num_servers: int
+    region: int
+
+    # -- control: the optimizer, keys, commands, small all-worker exchanges
+    @abc.abstractmethod
+    def set_optimizer(self, optimizer): """The global optimizer, to every server."""
+
+    @abc.abstractmethod
+    def init(self, keys, values): """Keys stored on their servers, with rank 0's values."""
+
+    @abc.abstractmethod
+    def init_payloads(self, buckets): """The buckets' payload keys (2-bit codes, one row per worker)."""
+
+    @abc.abstractmethod
+    def register(self, buckets, threshold, compressing, aggregate=False): """Tell the servers the buckets' layout."""
+
+    @abc.abstractmethod
+    def command(self, msg): """An authenticated command to every server; every worker waits for it."""
+
+    @abc.abstractmethod
+    def assign(self, values): """Set global weights {weight key: array} (checkpoint restore)."""
+
+    @abc.abstractmethod
+    def gather_rows(self, key, row): """Every worker's row, stacked (start-up agreement)."""
+
+    @abc.abstractmethod
+    def exchange(self, row): """(every worker's row, every server's checkpoint result)."""
+
+    @abc.abstractmethod
+    def server_message(self, s): """Server s's last checkpoint error, if this process knows it."""
+
+    @abc.abstractmethod
+    def open_tally(self, key, width): """A key whose every round stores the workers' sum."""
+
+    @abc.abstractmethod
+    def tally(self, key, value): """The sum of every worker's value for this round."""
+
+    @abc.abstractmethod
+    def set_learning_rate(self, lr): """The servers' learning rate."""
+
+    @abc.abstractmethod
+    def follow_rescale(self, rescale_grad): """A new rescale_grad where the servers can follow it."""
+
+    # -- a round: push (fp32 or codes) with its proof, pull W, check it was applied
+    @abc.abstractmethod
+    def push(self, key, value): """An fp32 push to a weight key."""
+
+    @abc.abstractmethod
+    def wire_row(self, key): """This worker's row of a payload key, where the codes are encoded."""
+
+    @abc.abstractmethod
+    def push_payload(self, key): """Push this worker's payload row."""
+
+    @abc.abstractmethod
+    def seal(self, bucket): """This worker's proof of the bucket's next round, into what it pushes."""
+
+    @abc.abstractmethod
+    def request_acks(self, payload_keys): """Ask for the payload rounds' acknowledgements."""
+
+    @abc.abstractmethod
+    def wait_acks(self, payload_keys): """Wait until they are in."""
+
+    @abc.abstractmethod
+    def pull_after_acks(self, pulls): """[(payload key, weight key, out)]: each pull once its ack is in."""
+
+    @abc.abstractmethod
+    def trace_ack(self, tracer, key, start_us, **args): """A trace span for an acknowledgement."""
+
+    @abc.abstractmethod
+    def pull(self, key, out): """Pull a key's stored value into out."""
+
+    @abc.abstractmethod
+    def bucket_applied(self, bucket): """Whether the servers applied the bucket's round (else resend)."""
+
+    @abc.abstractmethod
+    def resend(self, bucket, compressed, gradient): """Send a dropped round again, and pull."""
+
+    @abc.abstractmethod
+    def seal_next(self, bucket): """Ready the proof of the bucket's next round."""
