@@ -8,7 +8,7 @@ only its owner can read in CDSGD_SECRET_FILE.
 
 A MAC is HMAC-SHA256 over the message's header fields, cut to 128 bits. The start-up handshake,
 keyed by the secret itself, proves that every node holds the same secret
-(backends.DistBackend.handshake) and hands each worker the nonce every server drew at its start.
+(backends.dist.DistBackend.handshake) and hands each worker the nonce every server drew at its start.
 Everything after it (commands, push proofs) is keyed by that server's session key, the secret
 bound to its nonce (`session_key`): jobs that share a secret file do not accept each other's
 messages. Servers act only on commands whose MAC checks (server.py).

@@ -20,9 +20,10 @@ Trainer; a parameter initialized later gets a set of its own):
   [bucket 0 | region | bucket 1 | region ...]; the other buffers have no gaps;
 - loc_buf:  x(t+1) = W(t) - local step with g(t) for the delayed algorithms, then copied into
   the parameters' own data arrays (the weights forward reads), on every device;
-- residual: the quantizer's error-feedback memory (numpy: only the codec touches it);
-- per bucket: sml_buf, the 2-bit codes in MXNet's packed layout.
+- the residual (the quantizer's error-feedback memory) and, per bucket, sml_buf (the 2-bit
+  codes in MXNet's packed layout) belong to the set's compressor (compression.py).
 The NDArray buffers live on one host context (`ctx`): the first device's when it is a CPU.
+The step a set is at belongs to the step engine (step.py), a round's proof to proofs.py.
 
 Device-resident buckets (`device`, a GPU's context: issue 12; docs/design.md, "Devices"): what
 the step computes with stays on the gradients' device and only what the parameter server
@@ -34,6 +35,10 @@ carries crosses to the host, once per bucket:
 - comm_buf stays on the host: the codes arrive there (0.25 B/value), an fp32 round copies g(t)
   there, and W is pulled there; dev_weights, on the device, gets W once per bucket, and the
   parameters get it from there.
+
+API: plan(sizes, bucket_size, workers, servers, keys) -> [Bucket]; Bucket, Slot;
+BucketSet(buckets, shapes, outs, delayed).gather / scatter / grad_to_comm / comm_to_loc /
+fp32_to_comm / gradient / zero_grad / hold_loc / keep_residual / set_multipliers / layout.
 """
 import math
 from dataclasses import dataclass, field

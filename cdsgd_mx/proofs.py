@@ -8,6 +8,9 @@ status) after the pull (False: the server dropped the round, send it again), sea
 after an applied round, unseal(bucket) where a pull overwrote the regions.
 Server side, ServerProofs: proven(key, sum, n, announced) / proven_rows(pk, wk, n, rows, ranks)
 before an update, count_round(group, stored, n) after it.
+
+API: WorkerProofs(session_keys, rank, num_workers).seal / seal_next / bucket_applied / applied /
+region_for; ServerProofs(session, num_workers, drop).proven / proven_rows / count_round; unseal.
 """
 import time
 

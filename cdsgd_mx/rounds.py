@@ -59,7 +59,7 @@ class RoundRunner:
     def check(self, bset, t):
         """Communication thread, after the flush's pulls are issued and before the main thread
         may read what they bring: each bucket's round was applied by its server (the count
-        after the weights went one up), else it is sent again (backends.DistBackend.applied)
+        after the weights went one up), else it is sent again (proofs.WorkerProofs.applied)
         until it is. Returns the follow-up: the proofs of the next rounds."""
         compressed = self.schedule.compressed(t)
         for i, b in enumerate(bset.buckets):

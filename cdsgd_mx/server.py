@@ -2,6 +2,9 @@
 global update (decoding, the optimizer) is server_update.py's, the proofs' server side
 proofs.py's; the whole path is drawn in docs/design.md.
 
+API: run_node(), run_scheduler(), serve_if_not_worker(); ServerState(rank, secret), MXNet's
+updater signature (key, grad, weight) plus receive(cmd_id, body) for the controller.
+
 Run as `python -m cdsgd_mx.server` with DMLC_ROLE=server (or scheduler): the launcher does this.
 The entry imports MXNet as a worker would (so MXNet's own server loop does not start on import),
 then runs the server loop itself with two changes to stock behaviour:

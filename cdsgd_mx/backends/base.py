@@ -1,5 +1,6 @@
 """The declared interface of a backend (Backend) and what both backends share: the servers'
-register command, the count of commands, the resend rule."""
+register command and the resend rule. API: Backend (abstract), registration(...), MAX_RESENDS,
+dropped(rank, what, attempt)."""
 import abc
 import sys
 

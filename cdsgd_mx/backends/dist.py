@@ -1,5 +1,6 @@
 """The worker's side of MXNet's parameter server (dist_sync): pushes and pulls through ps-lite,
-proven by proofs.py, commands with one MAC per server, the start-up handshake."""
+proven by proofs.py, commands with one MAC per server, the start-up handshake. API:
+DistBackend(store), the Backend interface (base.py) plus round_trip / handshake."""
 import itertools
 import json
 import os

@@ -1,5 +1,5 @@
 """An in-process server for kvstore='local' / None: the same semantics with one worker, no
-network, no proofs."""
+network, no proofs. API: LocalBackend(), the Backend interface (base.py)."""
 import json
 import pickle
 
