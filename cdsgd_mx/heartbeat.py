@@ -7,13 +7,22 @@ the silence of a node that it is stopped or hung (a stopped process sends nothin
 heartbeats only feed a scheduler query that MXNet never makes), and from the waits which round
 is held up. Datagrams carry a MAC with the job's secret (auth.py): nothing else is believed.
 
-Nothing runs without CDSGD_MONITOR (host:port, set by the launcher): under another launcher
-(MXNet's tools/launch.py) this module does nothing.
+No beats are sent without CDSGD_MONITOR (host:port, set by the launcher): under another
+launcher (MXNet's tools/launch.py, srun) there is no one to send them to.
+
+Each node also watches itself, under any launcher (issue 30): a thread that has waited on the
+network (a round, a barrier, an acknowledgement) for longer than CDSGD_STALL_TIMEOUT seconds
+(default 600; CDSGD_START_TIMEOUT, default 1800, while the node starts; 0: never) makes the
+node print one line naming what it waited for and exit with EXIT_STALL, so whatever started it
+sees a failed task. Only waits count: a slow but live step (compute, evaluation) never trips
+it. cdsgd_mx.launch gives its nodes timeouts a minute longer than its own, so that its richer,
+job-wide verdict comes first and the two never fight.
 """
 import atexit
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -22,6 +31,9 @@ from . import auth
 
 MONITOR = "CDSGD_MONITOR"
 INTERVAL = 1.0  # seconds between beats
+STALL_TIMEOUT, START_TIMEOUT = "CDSGD_STALL_TIMEOUT", "CDSGD_START_TIMEOUT"
+DEFAULT_TIMEOUTS = {STALL_TIMEOUT: 600.0, START_TIMEOUT: 1800.0}
+EXIT_STALL = 75  # EX_TEMPFAIL, as cdsgd_mx.launch ends a stalled job: a restart may get past it
 
 
 class _Node:
@@ -35,19 +47,24 @@ class _Node:
         self.seq = 0           # beats sent: the launcher ignores one that arrives after a newer one
         self.thread = None
         self.send = None       # sends one beat now
+        self.watcher = None    # the self-watch thread
+        self.limits = (0.0, 0.0)  # its (stall, start) timeouts, once started
 
 
 _node = _Node()
 
 
 def node_label():
-    """The launcher's name of this process: 'scheduler', 'server 0', 'worker 1' (launch index)."""
-    role = os.environ.get("DMLC_ROLE", "?")
-    return role if role == "scheduler" else "%s %s" % (role, os.environ.get("CDSGD_LAUNCH_INDEX", "?"))
+    """The launcher's name of this process: 'scheduler', 'server 0', 'worker 1' (launch index;
+    just the role under another launcher)."""
+    role, index = os.environ.get("DMLC_ROLE", "?"), os.environ.get("CDSGD_LAUNCH_INDEX")
+    return role if role == "scheduler" or index is None else "%s %s" % (role, index)
 
 
 def start():
-    """Start beating (once per process; a no-op without CDSGD_MONITOR or a job secret)."""
+    """Start the self-watch, and beating (once per process; no beats without CDSGD_MONITOR or a
+    job secret)."""
+    watch_self()
     where = os.environ.get(MONITOR)
     if not where or _node.thread is not None:
         return
@@ -68,6 +85,62 @@ def start():
     _node.thread = threading.Thread(target=_beat, name="cdsgd-heartbeat", daemon=True)
     _node.thread.start()
     atexit.register(set_phase, "exit")  # runs before MXNet's own exit work (atexit is LIFO)
+
+
+def timeouts(environ=None):
+    """(stall, start) timeouts in seconds from the environment; 0 means never. A value that is
+    not a number >= 0 stops the node in one line (a typo must not turn the watch off)."""
+    environ = os.environ if environ is None else environ
+    values = []
+    for name in (STALL_TIMEOUT, START_TIMEOUT):
+        text = environ.get(name, "").strip()
+        try:
+            value = float(text) if text else DEFAULT_TIMEOUTS[name]
+            if not value >= 0 or value == float("inf"):
+                raise ValueError
+        except ValueError:
+            sys.exit("cdsgd_mx %s: %s must be a number of seconds >= 0 (0: never), got %r" % (node_label(), name, text))
+        values.append(value)
+    return values[0], max(values[1], values[0]) if values[0] else values[1]
+
+
+def stalled_wait(now=None, limits=None):
+    """The wait that has outlived its timeout, as (what, seconds waited, the variable, its
+    limit), or None. limits: (stall, start) timeouts, by default the self-watch's."""
+    with _node.lock:
+        waits = list(_node.waits.values())
+    if not waits:
+        return None
+    what, since = min(waits, key=lambda w: w[1])
+    stall, start_limit = _node.limits if limits is None else limits
+    name, limit = (START_TIMEOUT, start_limit) if _node.phase == "start" else (STALL_TIMEOUT, stall)
+    waited = (time.monotonic() if now is None else now) - since
+    return (what, waited, name, limit) if limit and waited > limit else None
+
+
+def watch_self():
+    """Start this process's self-watch (once): check the waits every second; end the node, in
+    one line, on a wait past its timeout."""
+    if _node.watcher is not None:
+        return
+    _node.limits = timeouts()
+    if not any(_node.limits):
+        return
+
+    def watch():
+        while True:
+            time.sleep(INTERVAL)
+            over = stalled_wait()
+            if over:
+                what, waited, name, limit = over
+                sys.stderr.write("cdsgd_mx %s%s: stalled: waited %.0f s for %s (%s=%g s); exiting\n" % (
+                    node_label(), "" if _node.rank is None else " (rank %d)" % _node.rank, waited, what, name, limit))
+                sys.stderr.flush()
+                sys.stdout.flush()
+                os._exit(EXIT_STALL)  # no cleanup: it could block on the very network it waited for
+
+    _node.watcher = threading.Thread(target=watch, name="cdsgd-self-watch", daemon=True)
+    _node.watcher.start()
 
 
 def set_phase(phase):

@@ -49,7 +49,8 @@ from . import auth, heartbeat
 from .watchdog import Watchdog
 
 EXIT_TIMEOUT = 124
-EXIT_STALL = 75  # EX_TEMPFAIL: the job stalled (a node stopped or hung); a restart may get past it
+EXIT_STALL = heartbeat.EXIT_STALL  # 75, EX_TEMPFAIL: the job stalled (a node stopped or hung); a restart may get past it
+SELF_WATCH_BEHIND = 60.0  # seconds the nodes' own stall watch waits beyond the launcher's
 EXIT_UNEVEN = 1  # uneven steps: the script's own bug, no restart gets past it
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
 
@@ -238,6 +239,10 @@ def run_job(args, outcome=None):
         shared["DMLC_NODE_HOST"] = host
         if (host.startswith("127.") or host == "localhost") and "DMLC_INTERFACE" not in os.environ:
             shared["DMLC_INTERFACE"] = "lo"
+    # each node's own stall watch (heartbeat.watch_self) a minute behind this launcher's, whose
+    # job-wide verdict then comes first; off where the launcher's is off
+    for name, limit in ((heartbeat.STALL_TIMEOUT, args.stall_timeout), (heartbeat.START_TIMEOUT, args.start_timeout)):
+        shared[name] = "%g" % (limit + SELF_WATCH_BEHIND if args.stall_timeout else 0)
     shared.update(args.env)
     base = dict(os.environ, **shared)
     base.pop(auth.SECRET_FD, None)  # this launcher's own, if any, is not the job's
