@@ -146,10 +146,15 @@ def _sshd_here():
     sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
     if sshd is None:
         return None, "no sshd on this machine (Debian: openssh-server)"
+    if not os.path.isdir("/run/sshd") and os.geteuid() == 0:
+        os.makedirs("/run/sshd", 0o755)  # its privilege-separation directory (systemd makes it at boot)
     return sshd, None
 
 
-def test_a_job_over_a_real_sshd_on_loopback(tmp_path):
+@pytest.fixture
+def real_sshd(tmp_path):
+    """A real sshd on a loopback port (skipped where none can start), and an env whose `ssh`
+    logs in to it with a fresh key: (env, hostfile naming 127.0.0.1, port, marker)."""
     sshd, why = _sshd_here()
     if why:
         pytest.skip(why)
@@ -173,16 +178,100 @@ def test_a_job_over_a_real_sshd_on_loopback(tmp_path):
             pytest.skip("sshd could not start here: %s" % daemon.stdout.read().decode()[-300:])
         (tmp_path / "hosts").write_text("127.0.0.1\n")
         cfg = tmp_path / "ssh_config"
-        cfg.write_text("Host 127.0.0.1\n  IdentityFile %s\n  UserKnownHostsFile /dev/null\n" % key)
-        env = dict(os.environ, GIT_SSH_COMMAND="")
-        env["HOME"] = str(tmp_path)
-        (tmp_path / ".ssh").mkdir()
-        shutil.copy(cfg, tmp_path / ".ssh" / "config")
-        proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "-H",
-                               str(tmp_path / "hosts"), "--ssh-port", str(port), "--host", "127.0.0.1",
-                               "--env", "DMLC_INTERFACE=lo", "--timeout", "90", "--", sys.executable, "-c", TRAIN],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-        assert proc.stdout.count("RANK") == 2
+        cfg.write_text("Host 127.0.0.1\n  IdentityFile %s\n  UserKnownHostsFile /dev/null\n  Port %d\n"
+                       "  StrictHostKeyChecking no\n  LogLevel ERROR\n" % (key, port))
+        # ssh reads ~/.ssh from the password database, not $HOME: the real ssh with our config
+        # comes first on PATH instead
+        bindir = tmp_path / "bin"
+        bindir.mkdir()
+        (bindir / "ssh").write_text('#!/bin/sh\nexec %s -F %s "$@"\n' % (shutil.which("ssh"), cfg))
+        (bindir / "ssh").chmod(0o755)
+        marker = "%d-%d" % (os.getpid(), time.time_ns())
+        env = dict(os.environ, PATH="%s:%s" % (bindir, os.environ["PATH"]), CDSGD_SSH_TEST=marker)
+        yield env, tmp_path / "hosts", port, marker
     finally:
         daemon.kill()
+
+
+def test_a_job_over_a_real_sshd_on_loopback(real_sshd):
+    env, hostfile, port, _ = real_sshd
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "-H", str(hostfile),
+                           "--ssh-port", str(port), "--host", "127.0.0.1", "--env", "DMLC_INTERFACE=lo",
+                           "--timeout", "90", "--", sys.executable, "-c", TRAIN],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("RANK") == 2
+
+
+def test_nodes_over_a_real_sshd_stop_when_the_launcher_is_killed_during_start_up(real_sshd):
+    """The case seen once: SIGKILL to the launcher while the workers are still starting (before
+    their kvstore exists) must leave no worker behind on the host."""
+    env, hostfile, port, marker = real_sshd
+    code = "import time\nprint('STARTING', flush=True)\ntime.sleep(120)\n"
+    proc = subprocess.Popen([sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "-H", str(hostfile),
+                             "--ssh-port", str(port), "--host", "127.0.0.1", "--env", "DMLC_INTERFACE=lo",
+                             "--timeout", "90", "--", sys.executable, "-c", code],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    started = 0
+    while started < 2:  # both workers run their script, no kvstore yet
+        line = proc.stdout.readline()
+        assert line, "the job ended before its workers started"
+        started += "STARTING" in line
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline and any("STARTING" in _cmdline(p) for p in job_pids(marker)):
+        time.sleep(0.5)
+    assert not [p for p in job_pids(marker) if "STARTING" in _cmdline(p)]
+    for pid in job_pids(marker):  # the scheduler ran here, outside ssh: the killed launcher's orphan
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _cmdline(pid):
+    try:
+        return open("/proc/%d/cmdline" % pid).read().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def test_mxnets_own_ssh_launcher_runs_a_script_changed_only_by_its_trainer_and_first_import(real_sshd, tmp_path):
+    """tools/launch.py --launcher ssh as the wheel ships it (cdsgd_mx.mxnet_launch), through the
+    real sshd: 2 workers + 1 server train CD-SGD to the simulation's weights."""
+    import json
+    import numpy as np
+    import stat
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from test_engine import BOUND, CFG, K, STEPS, T, WARMUP, sim
+    from workers.engine_worker import SHAPES
+    from cdsgd_mx import auth
+    env, _, port, _ = real_sshd
+    hostfile = tmp_path / "mxnet_hosts"
+    hostfile.write_text("127.0.0.1:%d\n" % port)  # the tracker's own host:port form
+    secret = tmp_path / "secret"
+    secret.write_text(auth.new_secret())
+    secret.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    out = tmp_path / "out"
+    args = ["--out", str(out), "--config", json.dumps(CFG), "--algorithm", "cdsgd", "--steps", str(STEPS),
+            "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T)]
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    run = tmp_path / "run.sh"  # what a user's job script does: its variables, then the script
+    run.write_text("export CDSGD_SECRET_FILE=%s MXNET_KVSTORE_BIGARRAY_BOUND=%d CDSGD_STALL_TIMEOUT=60\n"
+                   "export ENGINE_WORKER_ARGS=\"$(cat %s)\"\nexec %s %s\n" % (
+                       secret, BOUND, tmp_path / "args.json", sys.executable,
+                       os.path.join(ROOT, "tests", "workers", "tracker_worker.py")))
+    env = {k: v for k, v in env.items() if not k.startswith("DMLC_")}
+    env["DMLC_INTERFACE"] = "lo"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.mxnet_launch", "--launcher", "ssh", "-H", str(hostfile),
+                           "-n", "2", "-s", "1", "bash", str(run)],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    xs, W = sim("cdsgd", 2)
+    for r in range(2):
+        got = np.load(out / ("rank%d.npz" % r))
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(got["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
