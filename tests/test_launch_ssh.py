@@ -242,21 +242,12 @@ def test_mxnets_own_ssh_launcher_runs_a_script_changed_only_by_its_trainer_and_f
     """tools/launch.py --launcher ssh as the wheel ships it (cdsgd_mx.mxnet_launch), through the
     real sshd: 2 workers + 1 server train CD-SGD to the simulation's weights."""
     import json
-    import numpy as np
-    import stat
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from test_engine import BOUND, CFG, K, STEPS, T, WARMUP, sim
-    from workers.engine_worker import SHAPES
-    from cdsgd_mx import auth
+    from test_mxnet_tracker import BOUND, assert_simulated, job_files
     env, _, port, _ = real_sshd
     hostfile = tmp_path / "mxnet_hosts"
     hostfile.write_text("127.0.0.1:%d\n" % port)  # the tracker's own host:port form
-    secret = tmp_path / "secret"
-    secret.write_text(auth.new_secret())
-    secret.chmod(stat.S_IRUSR | stat.S_IWUSR)
-    out = tmp_path / "out"
-    args = ["--out", str(out), "--config", json.dumps(CFG), "--algorithm", "cdsgd", "--steps", str(STEPS),
-            "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T)]
+    secret, out, args = job_files(tmp_path)
     (tmp_path / "args.json").write_text(json.dumps(args))
     run = tmp_path / "run.sh"  # what a user's job script does: its variables, then the script
     run.write_text("export CDSGD_SECRET_FILE=%s MXNET_KVSTORE_BIGARRAY_BOUND=%d CDSGD_STALL_TIMEOUT=60\n"
@@ -269,9 +260,4 @@ def test_mxnets_own_ssh_launcher_runs_a_script_changed_only_by_its_trainer_and_f
                            "-n", "2", "-s", "1", "bash", str(run)],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    xs, W = sim("cdsgd", 2)
-    for r in range(2):
-        got = np.load(out / ("rank%d.npz" % r))
-        for i in range(len(SHAPES)):
-            np.testing.assert_allclose(got["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(got["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+    assert_simulated(out)
