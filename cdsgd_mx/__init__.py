@@ -11,7 +11,7 @@ import sys as _sys
 __version__ = "0.1.0"
 
 
-_WITHOUT_MXNET = ("cdsgd_mx.launch", "cdsgd_mx._node", "cdsgd_mx.mxnet_launch")  # entry points that only start processes
+_WITHOUT_MXNET = ("cdsgd_mx.launch", "cdsgd_mx._node", "cdsgd_mx.mxnet_launch", "cdsgd_mx.slurm")  # entry points that only start processes
 
 
 def _register_kvstore():
