@@ -55,7 +55,7 @@ class ArrayData:
             xtr, ytr = xtr[:cfg.train_samples], ytr[:cfg.train_samples]
         if cfg.test_samples:
             xte, yte = xte[:cfg.test_samples], yte[:cfg.test_samples]
-        idx = data.shard(len(xtr), rank, workers)
+        idx = data.shard(len(xtr), rank, workers, seed=cfg.seed)
         self.xtr, self.ytr, self.xte, self.yte = xtr[idx], ytr[idx], xte, yte
         self.source, self.augment = source, augment
         self.batch, self.seed, self.rank = cfg.batch_size, cfg.seed, rank
