@@ -166,6 +166,13 @@ def test_claims_get_the_three_verdicts_from_paired_seeds():
     # one seed: no interval, so no verdict either way
     one = rp.judge_claims(rp.EXPERIMENTS["fig6"], fake_results(rp, {n: v[:1] for n, v in FIG6_ACCS.items()}))
     assert {r["verdict"] for r in one} == {"cannot tell at this n"}
+    # fig8 --quick on synthetic data evaluates nothing: no verdict, and the table says so
+    blind = {(n, 2): [rp.Run(s, run.iters, [{"epoch": 0, "test_accuracy": None}]) for s, run in enumerate(runs)]
+             for (n, _), runs in fake_results(rp, FIG6_ACCS).items()}
+    rows = rp.judge_claims(rp.EXPERIMENTS["fig8"], blind)
+    assert [r["verdict"] for r in rows] == ["no test accuracy in these runs"] * 2
+    assert "| CD-SGD | 2 | - | 0 | - | - |" in rp.table_curves_seeds("fig8", rp.EXPERIMENTS["fig8"], blind, True,
+                                                                       "synthetic", "", rp.ALGORITHMS, rows)
 
 
 def test_best_k_holds_only_against_every_other_k():
