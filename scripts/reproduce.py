@@ -281,7 +281,7 @@ def plot_accuracy(ax, runs, label, **style):
 
 def seeds_title(results):
     n = max(len(runs) for runs in results.values())
-    return "" if n == 1 else ", mean of %d seeds, band: min to max" % n
+    return "" if n == 1 else "\nmean of %d seeds, band: min to max" % n  # a line of its own: long titles
 
 
 def plot_curves(name, exp, results, out_dir, names):
