@@ -276,3 +276,18 @@ def test_bad_seeds_are_one_line(tmp_path, args, message):
     proc = subprocess.run([sys.executable, SCRIPT] + args + ["--out", str(tmp_path / "x")], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_seeds_come_from_the_option_else_the_config(tmp_path):
+    rp = _reproduce_module()
+    config = tmp_path / "fig6.yaml"
+    base = open(os.path.join(ROOT, "configs", "fig6_lenet_mnist.yaml")).read()
+    config.write_text(base.replace("seed: 0", "seed: 10\nseeds: 3"))
+    exp = dict(rp.EXPERIMENTS["fig6"], config=str(config))  # an absolute path stays itself under ROOT
+    assert rp.seed_list(exp, None) == (10, 11, 12)
+    assert rp.seed_list(exp, 2) == (10, 11)
+    assert rp.seed_list(rp.EXPERIMENTS["fig6"], None) == (None,)  # no seeds: one run, folders as before
+    assert rp.seed_list(rp.EXPERIMENTS["fig6"], 1) == (0,)
+    config.write_text(base.replace("seed: 0", "seeds: 0"))
+    with pytest.raises(SystemExit, match="seeds must be an integer >= 1, got 0"):
+        rp.seed_list(exp, None)
