@@ -44,8 +44,9 @@ def choose_k(cfg):
 
 
 class ArrayData:
-    """An in-memory data set: this rank's shard of the training set (a new order per epoch,
-    depending on (seed, epoch, rank) only, so a resumed run sees the same batches), the whole
+    """An in-memory data set: this rank's shard of the training set (which samples it holds
+    follows the seed; a new order per epoch, depending on (seed, epoch, rank) only, so a
+    resumed run sees the same batches), the whole
     test set on every rank. augment: random 4-pixel-padded crops and horizontal flips (the
     usual CIFAR-10 augmentation)."""
 
