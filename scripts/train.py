@@ -46,9 +46,8 @@ def choose_k(cfg):
 class ArrayData:
     """An in-memory data set: this rank's shard of the training set (which samples it holds
     follows the seed; a new order per epoch, depending on (seed, epoch, rank) only, so a
-    resumed run sees the same batches), the whole
-    test set on every rank. augment: random 4-pixel-padded crops and horizontal flips (the
-    usual CIFAR-10 augmentation)."""
+    resumed run sees the same batches), the whole test set on every rank. augment: random
+    4-pixel-padded crops and horizontal flips (the usual CIFAR-10 augmentation)."""
 
     def __init__(self, xtr, ytr, xte, yte, source, cfg, rank, workers, augment=False):
         from cdsgd_mx import data
