@@ -214,11 +214,16 @@ def synthetic(shape, classes, n, seed=0):
     return x, y, "synthetic %s inputs" % "x".join(map(str, shape))
 
 
-def shard(n, rank, num_workers):
-    """Indices of rank's shard of n samples: disjoint across ranks, together complete."""
+def shard(n, rank, num_workers, seed=None):
+    """Indices of rank's shard of n samples: disjoint across ranks, together complete. seed:
+    which samples go to which rank follows it (the same seed, the same shards), so that runs
+    with different seeds differ in their shards too; None: every num_workers-th sample."""
     if not 0 <= rank < num_workers:
         raise ValueError("rank must be in [0, %d), got %d" % (num_workers, rank))
-    return np.arange(rank, n, num_workers)
+    if seed is None:
+        return np.arange(rank, n, num_workers)
+    # every rank draws the same permutation, then takes its stride of it
+    return np.sort(np.random.RandomState([seed, n, num_workers]).permutation(n)[rank::num_workers])
 
 
 # CIFAR-10: the Python pickles (cifar-10-batches-py) or the binary records (cifar-10-batches-bin)

@@ -3,7 +3,7 @@
 PNG plots styled after the paper's figure and a markdown table with the paper's numbers beside
 ours, all into one folder.
 
-    python scripts/reproduce.py EXPERIMENT [--quick] [--out DIR] [--iterations N] [--data-dir D]
+    python scripts/reproduce.py EXPERIMENT [--quick] [--seeds N] [--out DIR] [--iterations N] [--data-dir D]
 
 EXPERIMENT: fig6 (LeNet-5/MNIST), fig7 (Inception-BN/CIFAR-10), fig8 (ResNet-50/ImageNet),
 fig9 and table2 (ResNet-20 k-sensitivity: the same runs), fig10 (speedups over BIT-SGD on
@@ -12,12 +12,20 @@ in minutes on a 2-core machine (fewer workers, samples, epochs or cases); the fu
 what a user with a cluster runs. Where CIFAR-10 is not on disk the CIFAR experiments fall back
 to Fashion-MNIST, and where ImageNet is missing fig8 --quick runs on synthetic data; every
 result says which data it used.
+
+--seeds N (or `seeds: N` in the experiment's config) runs every algorithm with seeds seed, ...,
+seed + N - 1 of the config (each seed fixes init, shard, data order and augmentation) and
+reports the mean, standard deviation and n of each, the paired differences that the paper's
+claims are about with their 95% intervals, and a verdict on each claim (cdsgd_mx.spread). A run
+already finished in --out with the same settings is reused, so a stopped sweep resumes with
+the same command (--rerun runs everything again).
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+from collections import namedtuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -27,6 +35,18 @@ LABELS = {"ssgd": "S-SGD", "bitsgd": "BIT-SGD", "odsgd": "OD-SGD", "cdsgd": "CD-
 CURVE_RUNS = [(a, ["algorithm=" + a]) for a in ALGORITHMS]
 KSWEEP_RUNS = [("ssgd", ["algorithm=ssgd"]), ("bitsgd", ["algorithm=bitsgd"])] + \
     [("k%d" % k, ["algorithm=cdsgd", "k=%d" % k]) for k in (2, 5, 10, 20)]
+PP = 0.01  # one percentage point of accuracy, which the runs log as a fraction
+
+
+def claim(text, a, b, rule="exceeds", margin=0.0):
+    """One of the paper's claims about final test accuracy, judged on a - b paired by seed
+    (cdsgd_mx.spread): rule 'exceeds' (a - b > margin) or 'within' (|a - b| <= margin); b a list:
+    the claim holds against each of them."""
+    return {"text": text, "a": a, "b": b, "rule": rule, "margin": margin}
+
+
+CD_VS_S = "CD-SGD keeps S-SGD's accuracy (%s against %s): CD-SGD >= S-SGD - 0.1 pp"
+CD_VS_BIT = "CD-SGD beats BIT-SGD (%s against %s): CD-SGD > BIT-SGD"
 
 EXPERIMENTS = {
     "fig6": {
@@ -34,6 +54,12 @@ EXPERIMENTS = {
         "workers": [2, 4], "quick_workers": [2], "quick": ["epochs=null", "iterations=300"],
         # the paper's final test accuracy (section 4.2, Fig. 6)
         "paper": {2: {"ssgd": "99.15%", "odsgd": "99.12%", "cdsgd": "99.14%", "bitsgd": "below 99%"}},
+        "claims": [claim(CD_VS_S % ("99.14%", "99.15%"), "cdsgd", "ssgd", margin=-0.1 * PP),
+                   claim(CD_VS_BIT % ("99.14%", "below 99%"), "cdsgd", "bitsgd"),
+                   claim("OD-SGD keeps S-SGD's accuracy (99.12% against 99.15%): OD-SGD >= S-SGD - 0.1 pp",
+                         "odsgd", "ssgd", margin=-0.1 * PP),
+                   claim("2-bit compression alone loses accuracy (BIT-SGD below 99%, S-SGD 99.15%): "
+                         "S-SGD > BIT-SGD", "ssgd", "bitsgd")],
     },
     "fig7": {
         "kind": "curves", "config": "configs/fig7_inception_bn_cifar10.yaml", "title": "Inception-BN on CIFAR-10",
@@ -43,6 +69,10 @@ EXPERIMENTS = {
         "paper": {2: {"cdsgd": "94.15%", "odsgd": "93.99%", "ssgd": "94.00%", "bitsgd": "92.69%"},
                   4: {"cdsgd": "93.50%", "odsgd": "93.30% or 91.83% (unattributed)", "ssgd": "-",
                       "bitsgd": "93.30% or 91.83% (unattributed)"}},
+        "claims": [claim(CD_VS_S % ("94.15%", "94.00%"), "cdsgd", "ssgd", margin=-0.1 * PP),
+                   claim(CD_VS_BIT % ("94.15%", "92.69%"), "cdsgd", "bitsgd"),
+                   claim("CD-SGD keeps OD-SGD's accuracy (94.15% against 93.99%): CD-SGD >= OD-SGD - 0.1 pp",
+                         "cdsgd", "odsgd", margin=-0.1 * PP)],
     },
     "fig8": {
         "kind": "curves", "config": "configs/fig8_resnet50_imagenet.yaml", "title": "ResNet-50 on ImageNet",
@@ -52,6 +82,9 @@ EXPERIMENTS = {
         "needs_imagenet": True,
         # the four top-1 accuracies in the text's order (CD, OD, S, BIT; section 4.2)
         "paper": {4: {"cdsgd": "72.4%", "odsgd": "72.6%", "ssgd": "72.7%", "bitsgd": "72.0%"}},
+        "claims": [claim("CD-SGD is within 0.3 pp of S-SGD (72.4% against 72.7%): CD-SGD >= S-SGD - 0.3 pp",
+                         "cdsgd", "ssgd", margin=-0.3 * PP),
+                   claim(CD_VS_BIT % ("72.4%", "72.0%"), "cdsgd", "bitsgd")],
     },
     "fig9": {
         "kind": "ksweep", "config": "configs/fig9_resnet20_cifar10.yaml", "title": "ResNet-20 on CIFAR-10",
@@ -63,6 +96,13 @@ EXPERIMENTS = {
                           2: {"ssgd": 4.32, "bitsgd": 3.61, "k2": 3.48, "k5": 3.44, "k10": 3.46, "k20": 3.44}},
         "paper_note": "Paper, Fig. 9b (4 workers): k=20 reaches 89.68%, BIT-SGD 88.81%; k=2 is best and beats "
                       "S-SGD; k=5 is close to S-SGD.",
+        # "about" and "close to" read as within 1 pp: the paper's own k = 20 and BIT-SGD are 0.87 pp apart
+        "claims": [claim("k = 2 is the best k: CD-SGD k=2 > k=5, k=10 and k=20", "k2", ["k5", "k10", "k20"]),
+                   claim("k = 2 beats S-SGD: CD-SGD k=2 > S-SGD", "k2", "ssgd"),
+                   claim("k = 5 is close to S-SGD: k=5 - S-SGD within ±1 pp", "k5", "ssgd", "within", PP),
+                   claim("k = 20 is about BIT-SGD (89.68% against 88.81%): k=20 - BIT-SGD within ±1 pp",
+                         "k20", "bitsgd", "within", PP),
+                   claim("CD-SGD beats BIT-SGD: CD-SGD k=2 > BIT-SGD", "k2", "bitsgd")],
     },
     "fig10": {
         "kind": "speed", "config": "configs/fig10_speedup.yaml", "title": "Speedup over BIT-SGD",
@@ -83,21 +123,39 @@ def say(msg):
 # ---- running ---------------------------------------------------------------------------------
 
 REPLOT = False  # --replot: read the logs already in --out instead of running
+RERUN = False  # --rerun: run again where a finished run with the same settings is in --out
+DONE = "reproduce.json"  # written into a run's folder once it finished: what it ran
 
 
-def run_train(exp, name, overrides, workers, out):
+def run_train(exp, name, overrides, workers, out, what=""):
+    """One run of scripts/train.py into `out`, or the finished one already there when it ran
+    the same overrides (a stopped sweep resumes where it stopped)."""
     if REPLOT:
         return read_metrics(out)
+    done = {"config": exp["config"], "overrides": overrides, "workers": workers}
+    label = "%s, %d workers%s" % (LABELS[name], workers, what)
+    if not RERUN and os.path.exists(os.path.join(out, DONE)):
+        try:
+            same = json.load(open(os.path.join(out, DONE))) == done
+        except ValueError:
+            same = False  # cut short while written: run again
+        if same:
+            say("%s: reusing the finished run in %s" % (label, out))
+            return read_metrics(out)
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config", os.path.join(ROOT, exp["config"])] \
         + overrides + ["workers=%d" % workers, "out=" + out]
-    say("%s, %d workers ..." % (LABELS[name], workers))
+    say("%s ..." % label)
+    if os.path.exists(os.path.join(out, DONE)):
+        os.remove(os.path.join(out, DONE))  # a run stopped midway must not pass for the finished one
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "job.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        sys.exit("reproduce: the %s run with %d workers failed (see %s):\n%s"
-                 % (LABELS[name], workers, os.path.join(out, "job.log"), (proc.stdout + proc.stderr)[-1500:]))
+        sys.exit("reproduce: the %s run failed (see %s):\n%s"
+                 % (label, os.path.join(out, "job.log"), (proc.stdout + proc.stderr)[-1500:]))
+    with open(os.path.join(out, DONE), "w") as f:
+        json.dump(done, f)
     return read_metrics(out)
 
 
@@ -145,7 +203,18 @@ def ensure_data(exp, overrides):
         sys.exit("reproduce: %s" % e)
 
 
-def run_curves(exp, quick, out_dir, iterations, data_dir, runs):
+def run_folder(out_dir, name, workers, seed):
+    """logs/NAME-Wworkers, and -seedS after it in a sweep over seeds."""
+    return os.path.join(out_dir, "logs", "%s-%dworkers%s" % (name, workers, "" if seed is None else "-seed%d" % seed))
+
+
+Run = namedtuple("Run", "seed iters epochs")
+
+
+def run_curves(exp, quick, out_dir, iterations, data_dir, runs, seeds=(None,)):
+    """Every run of the experiment, seed after seed (a sweep stopped midway leaves whole seeds
+    behind). seeds: (None,) runs the config's seed into the folders without a seed suffix.
+    Returns ({(name, workers): [Run per seed]}, the data used, the fallback note)."""
     extra, note = data_overrides(exp, quick, data_dir)
     if not REPLOT:
         ensure_data(exp, extra)
@@ -153,11 +222,17 @@ def run_curves(exp, quick, out_dir, iterations, data_dir, runs):
     if iterations:
         extra += ["epochs=null", "iterations=%d" % iterations]
     results = {}
-    for workers in (exp["quick_workers"] if quick else exp["workers"]):
-        for name, overrides in runs:
-            run_dir = os.path.join(out_dir, "logs", "%s-%dworkers" % (name, workers))
-            results[(name, workers)] = run_train(exp, name, overrides + extra, workers, run_dir)
-    first = os.path.join(out_dir, "logs", "%s-%dworkers" % (runs[-1][0], min(w for _, w in results)), "config.json")
+    worker_counts = exp["quick_workers"] if quick else exp["workers"]
+    total, count = len(worker_counts) * len(seeds) * len(runs), 0
+    for workers in worker_counts:
+        for seed in seeds:
+            for name, overrides in runs:
+                count += 1
+                what = "" if seed is None else ", seed %d (run %d of %d)" % (seed, count, total)
+                seeded = overrides + extra + ([] if seed is None else ["seed=%d" % seed])
+                iters, epochs = run_train(exp, name, seeded, workers, run_folder(out_dir, name, workers, seed), what)
+                results.setdefault((name, workers), []).append(Run(seed, iters, epochs))
+    first = os.path.join(run_folder(out_dir, runs[-1][0], min(worker_counts), seeds[0]), "config.json")
     return results, json.load(open(first))["data"], note
 
 
@@ -180,30 +255,67 @@ def _pyplot():
     return plt
 
 
+def band(ax, x, rows, label, **style):
+    """The mean over seeds of rows (one list per seed, along x) and, with several seeds, the
+    band from their minimum to their maximum."""
+    import numpy as np
+    n = min(len(x), min(len(r) for r in rows))
+    values = np.array([r[:n] for r in rows], dtype=float)
+    line, = ax.plot(x[:n], values.mean(axis=0), label=label if len(rows) == 1 else "%s (n=%d)" % (label, len(rows)),
+                    **style)
+    if len(rows) > 1:
+        ax.fill_between(x[:n], values.min(axis=0), values.max(axis=0), color=line.get_color(), alpha=0.2, linewidth=0)
+
+
+def test_accuracies(epochs):
+    """(epoch number from 1, test accuracy in %) of each evaluated epoch."""
+    return [(e["epoch"] + 1, 100 * e["test_accuracy"]) for e in epochs if e.get("test_accuracy") is not None]
+
+
+def plot_accuracy(ax, runs, label, **style):
+    """Test accuracy per epoch: the mean over seeds, with the min-max band."""
+    per_seed = [test_accuracies(r.epochs) for r in runs]
+    if per_seed[0]:
+        band(ax, [a for a, _ in per_seed[0]], [[b for _, b in accs] for accs in per_seed], label, marker="o", **style)
+
+
+def seeds_title(results):
+    n = max(len(runs) for runs in results.values())
+    return "" if n == 1 else "\nmean of %d seeds, band: min to max" % n  # a line of its own: long titles
+
+
 def plot_curves(name, exp, results, out_dir, names):
-    """Per number of workers: training loss and test accuracy, as the paper's Figs. 6-8."""
+    """Per number of workers: training loss and test accuracy, as the paper's Figs. 6-8; with
+    several seeds, the mean curve of each algorithm inside its min-max band."""
     plt = _pyplot()
     paths = []
     for workers in sorted({w for (_, w) in results}):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         present = [n for n in names if (n, workers) in results]
         for n in present:
-            iters, epochs = results[(n, workers)]
-            axes[0].plot([r["iteration"] for r in iters], smooth([r["loss"] for r in iters], 25), label=LABELS[n])
-            accs = [(e["epoch"] + 1, 100 * e["test_accuracy"]) for e in epochs if e.get("test_accuracy") is not None]
-            if accs:
-                axes[1].plot([a for a, _ in accs], [b for _, b in accs], marker="o", label=LABELS[n])
-        axes[0].set(xlabel="iteration", ylabel="training loss (smoothed)", title="%s, %d workers" % (exp["title"], workers))
+            runs = results[(n, workers)]
+            band(axes[0], [r["iteration"] for r in runs[0].iters],
+                 [smooth([r["loss"] for r in run.iters], 25) for run in runs], LABELS[n])
+            plot_accuracy(axes[1], runs, LABELS[n])
+        axes[0].set(xlabel="iteration", ylabel="training loss (smoothed)",
+                    title="%s, %d workers%s" % (exp["title"], workers, seeds_title(results)))
         axes[1].set(xlabel="epoch", ylabel="test accuracy (%)", title="test accuracy")
         axes[1].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-        if max(len(results[(n, workers)][1]) for n in present) <= 1:  # one evaluation: bars
+        if max(len(run.epochs) for n in present for run in results[(n, workers)]) <= 1:  # one evaluation: bars
             axes[1].clear()
-            accs = [100 * (results[(n, workers)][1][-1]["test_accuracy"] or 0) for n in present]
+            per_seed = [[100 * (run.epochs[-1]["test_accuracy"] or 0) for run in results[(n, workers)]]
+                        for n in present]
+            accs = [sum(v) / len(v) for v in per_seed]
             axes[1].bar([LABELS[n] for n in present], accs, color=["C%d" % i for i in range(len(present))])
+            if max(len(v) for v in per_seed) > 1:  # each seed a dot, the bar their mean, the whisker min to max
+                for i, v in enumerate(per_seed):
+                    axes[1].errorbar(i, accs[i], yerr=[[accs[i] - min(v)], [max(v) - accs[i]]], color="k", capsize=4)
+                    axes[1].scatter([i] * len(v), v, color="k", s=8, zorder=3)
+            low, high = min(min(v) for v in per_seed), max(max(v) for v in per_seed)
             axes[1].set(ylabel="test accuracy (%)", title="test accuracy after the run",
-                        ylim=(max(0, min(accs) - 5), min(100, max(accs) + 2)))
+                        ylim=(max(0, low - 5), min(100, high + 2)))
             for i, v in enumerate(accs):
-                axes[1].text(i, v, "%.2f" % v, ha="center", va="bottom")
+                axes[1].text(i, max(per_seed[i]), "%.2f" % v, ha="center", va="bottom")
         for ax in axes:
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
@@ -226,7 +338,8 @@ def table_curves(name, exp, results, quick, data, note, names):
     lines = ["# %s: %s%s" % (name, exp["title"], " (quick)" if quick else ""), "",
              "| algorithm | workers | test accuracy (ours) | paper | final training loss | mean iteration (ms) |",
              "|---|---|---|---|---|---|"]
-    for (n, workers), (iters, epochs) in sorted(results.items(), key=lambda kv: (kv[0][1], names.index(kv[0][0]))):
+    for (n, workers), runs in sorted(results.items(), key=lambda kv: (kv[0][1], names.index(kv[0][0]))):
+        iters, epochs = runs[0].iters, runs[0].epochs
         acc = epochs[-1]["test_accuracy"] if epochs else None
         paper = exp.get("paper", {}).get(workers, {}).get(n, "-")
         tail = iters[-50:]
@@ -264,14 +377,11 @@ def plot_ksweep(exp, results, out_dir):
     worker_counts = sorted({w for (_, w) in results})
     fig, axes = plt.subplots(1, len(worker_counts), figsize=(5.5 * len(worker_counts), 4), squeeze=False)
     for ax, workers in zip(axes[0], worker_counts):
-        for i, (n, _) in enumerate(KSWEEP_RUNS):
-            if (n, workers) not in results:
-                continue
-            epochs = results[(n, workers)][1]
-            accs = [(e["epoch"] + 1, 100 * e["test_accuracy"]) for e in epochs if e.get("test_accuracy") is not None]
-            ax.plot([a for a, _ in accs], [b for _, b in accs], marker="o", label=LABELS[n],
-                    linestyle="--" if n in ("ssgd", "bitsgd") else "-")
-        ax.set(xlabel="epoch", ylabel="test accuracy (%)", title="%s, %d workers" % (exp["title"], workers))
+        for n, _ in KSWEEP_RUNS:
+            if (n, workers) in results:
+                plot_accuracy(ax, results[(n, workers)], LABELS[n], linestyle="--" if n in ("ssgd", "bitsgd") else "-")
+        ax.set(xlabel="epoch", ylabel="test accuracy (%)",
+               title="%s, %d workers%s" % (exp["title"], workers, seeds_title(results)))
         ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend()
@@ -286,17 +396,161 @@ def table_ksweep(exp, results, quick, data, note):
              "| workers | " + " | ".join(LABELS[n] for n in names) + " |", "|---|" + "---|" * len(names)]
     worker_counts = sorted({w for (_, w) in results})
     for w in worker_counts:
-        accs = [results[(n, w)][1][-1].get("test_accuracy") for n in names]
+        accs = [results[(n, w)][0].epochs[-1].get("test_accuracy") for n in names]
         lines.append("| %d | " % w + " | ".join("%.2f%%" % (100 * a) if a is not None else "-" for a in accs) + " |")
     lines += ["", exp["paper_note"], "", "## Table 2: average epoch wall-clock time (s), ours (paper, K80)", "",
               "| workers | " + " | ".join(LABELS[n] for n in names) + " |", "|---|" + "---|" * len(names)]
     for w in worker_counts:
         paper = exp["paper_epoch_s"].get(w, {})
         lines.append("| %d | " % w + " | ".join(
-            "%.2f (%s)" % (epoch_seconds(results[(n, w)][0]), paper.get(n, "-")) for n in names) + " |")
+            "%.2f (%s)" % (epoch_seconds(results[(n, w)][0].iters), paper.get(n, "-")) for n in names) + " |")
     return table_footer(lines, data, note, quick and "Quick runs use a subset and a few epochs: epochs here are "
                                                       "much shorter than the paper's (compare ratios between "
                                                       "columns, not seconds).")
+
+
+# ---- several seeds: spread, and a verdict on each of the paper's claims ----------------------
+
+def final_accuracy(run):
+    return run.epochs[-1].get("test_accuracy") if run.epochs else None
+
+
+def final_loss(run):
+    tail = run.iters[-50:]
+    return sum(r["loss"] for r in tail) / len(tail)
+
+
+def per_seed(results, name, workers, measure=final_accuracy):
+    """{seed: measure(run)} of one run's seeds, leaving out runs without that measure."""
+    values = {r.seed: measure(r) for r in results.get((name, workers), [])}
+    return {s: v for s, v in values.items() if v is not None}
+
+
+def mean_std(values, scale=100.0, digits=2):
+    from cdsgd_mx import spread  # in the functions: importing cdsgd_mx loads MXNet (seconds)
+    s = spread.summarize(values)
+    return "%.*f ± %.*f" % (digits, scale * s.mean, digits, scale * s.std)
+
+
+def judge(c, accs):
+    """([(b, spread.Difference of a - b)], verdict) of one claim on {name: {seed: accuracy}}:
+    pairs of runs with the same seed, the verdict rule of the claim against each b."""
+    from cdsgd_mx import spread
+    diffs, parts = [], []
+    for b in c["b"] if isinstance(c["b"], list) else [c["b"]]:
+        seeds = sorted(set(accs.get(c["a"], {})) & set(accs.get(b, {})))
+        if not seeds:
+            return [], "no test accuracy in these runs"
+        d = spread.paired([accs[c["a"]][s] for s in seeds], [accs[b][s] for s in seeds])
+        diffs.append((b, d))
+        parts.append(spread.within(d, c["margin"]) if c["rule"] == "within" else spread.exceeds(d, c["margin"]))
+    return diffs, spread.all_of(parts)
+
+
+def judge_claims(exp, results):
+    """The experiment's claims, per number of workers: one row each, as JSON-ready dicts."""
+    import math
+    rows = []
+    for w in sorted({w for (_, w) in results}):
+        accs = {n: per_seed(results, n, w) for (n, ww) in results if ww == w}
+        for c in exp.get("claims", []):
+            diffs, verdict = judge(c, accs)
+            rows.append({"claim": c["text"], "workers": w, "verdict": verdict, "differences": [
+                dict(b=b, **{k: (v if math.isfinite(v) else None) for k, v in d._asdict().items()})
+                for b, d in diffs]})
+    return rows
+
+
+def claims_lines(rows, quick):
+    from cdsgd_mx import spread
+    def pp(v):
+        return "%+.2f" % (100 * v) if v is not None else "?"
+    lines = ["## The paper's claims, judged on these runs", "",
+             "Rule: for each seed, the difference a - b of the final test accuracy of two runs with that seed "
+             "(the same initial weights, shard and data order); across seeds, its mean and its 95% interval "
+             "from Student's t with n - 1 degrees of freedom (cdsgd_mx.spread). A claim 'a - b > m' "
+             + spread.RULES["exceeds"] + ". A claim '|a - b| <= m' " + spread.RULES["within"]
+             + ". A claim against several runs " + spread.RULES["all_of"] + ". One seed gives no interval.", "",
+             "| claim (the paper's) | workers | a - b (pp): mean [95% interval] | n | verdict |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        several = len(r["differences"]) > 1
+        cell = "; ".join("%s%s [%s, %s]" % ("vs %s: " % LABELS[d["b"]] if several else "", pp(d["mean"]),
+                                            pp(d["low"]), pp(d["high"])) for d in r["differences"]) or "-"
+        n = min((d["n"] for d in r["differences"]), default=0)
+        lines.append("| %s | %d | %s | %d | **%s** |" % (r["claim"].replace("|", "\\|"), r["workers"], cell, n,
+                                                          r["verdict"]))  # a | would end the cell
+    if quick:
+        lines += ["", "The paper's claims are about full training; these verdicts are about the quick runs "
+                      "above (a fraction of it)."]
+    return lines
+
+
+def per_seed_lines(results, names):
+    seeds = sorted({r.seed for runs in results.values() for r in runs})
+    lines = ["Final test accuracy (%) per seed:", "",
+             "| run | workers | " + " | ".join("seed %d" % s for s in seeds) + " |", "|---|---|" + "---|" * len(seeds)]
+    for (n, w) in sorted(results, key=lambda key: (key[1], names.index(key[0]))):
+        accs = per_seed(results, n, w)
+        lines.append("| %s | %d | " % (LABELS[n], w) + " | ".join(
+            "%.2f" % (100 * accs[s]) if s in accs else "-" for s in seeds) + " |")
+    return lines
+
+
+def accuracy_cells(results, name, workers):
+    """(mean ± std, n, min - max) of a run's final test accuracy over its seeds, in %."""
+    from cdsgd_mx import spread
+    accs = list(per_seed(results, name, workers).values())
+    if not accs:
+        return "-", "0", "-"
+    s = spread.summarize(accs)
+    return mean_std(accs), str(s.n), "%.2f - %.2f" % (100 * s.min, 100 * s.max)
+
+
+def table_curves_seeds(name, exp, results, quick, data, note, names, claims):
+    lines = ["# %s: %s%s, several seeds" % (name, exp["title"], " (quick)" if quick else ""), "",
+             "| algorithm | workers | test accuracy (%), mean ± std | n | min - max | paper | final training loss, "
+             "mean | mean iteration (ms) |", "|---|---|---|---|---|---|---|---|"]
+    for (n, workers), runs in sorted(results.items(), key=lambda kv: (kv[0][1], names.index(kv[0][0]))):
+        iters = [r for run in runs for r in run.iters]
+        lines.append("| %s | %d | %s | %s | %s | %s | %.4f | %.1f |" % (
+            (LABELS[n], workers) + accuracy_cells(results, n, workers)
+            + (exp.get("paper", {}).get(workers, {}).get(n, "-"), sum(map(final_loss, runs)) / len(runs),
+               sum(r["iter_ms"] for r in iters) / len(iters))))
+    lines += [""] + per_seed_lines(results, names) + [""] + claims_lines(claims, quick)
+    return table_footer(lines, data, note, quick and "Quick runs stop long before the paper's epochs: compare "
+                                                      "the ordering and the curves' shape, not the last digit.")
+
+
+def table_ksweep_seeds(exp, results, quick, data, note, claims):
+    names = [n for n, _ in KSWEEP_RUNS]
+    worker_counts = sorted({w for (_, w) in results})
+    head = ["| workers | " + " | ".join(LABELS[n] for n in names) + " |", "|---|" + "---|" * len(names)]
+    lines = ["# fig9 and table2: %s, k-sensitivity%s, several seeds" % (exp["title"], " (quick)" if quick else ""),
+             "", "## Fig. 9: final test accuracy (%), mean ± std (n)", ""] + head
+    for w in worker_counts:
+        cells = [accuracy_cells(results, n, w) for n in names]
+        lines.append("| %d | " % w + " | ".join("%s (%s)" % (c[0], c[1]) for c in cells) + " |")
+    lines += [""] + per_seed_lines(results, names)
+    lines += ["", exp["paper_note"], "", "## Table 2: average epoch wall-clock time (s), mean ± std over seeds "
+              "(paper, K80)", ""] + head
+    for w in worker_counts:
+        paper = exp["paper_epoch_s"].get(w, {})
+        lines.append("| %d | " % w + " | ".join("%s (%s)" % (
+            mean_std([epoch_seconds(r.iters) for r in results[(n, w)]], scale=1.0), paper.get(n, "-"))
+            for n in names) + " |")
+    lines += [""] + claims_lines(claims, quick)
+    return table_footer(lines, data, note, quick and "Quick runs use a subset and a few epochs: epochs here are "
+                                                      "much shorter than the paper's (compare ratios between "
+                                                      "columns, not seconds).")
+
+
+def seeds_record(name, quick, data, results, claims):
+    """Every seed's numbers and the verdicts, for later comparisons to read (seeds.json)."""
+    runs = {"%s-%dworkers" % key: {str(r.seed): {"test_accuracy": final_accuracy(r), "final_loss": final_loss(r),
+                                                  "epoch_s": epoch_seconds(r.iters)} for r in rs}
+            for key, rs in results.items()}
+    return {"experiment": name, "quick": quick, "data": data, "runs": runs, "claims": claims}
 
 
 # ---- speed: fig10 -----------------------------------------------------------------------------
@@ -491,6 +745,18 @@ def table_speed(exp, cases, quick, workers):
 
 # ---- main ---------------------------------------------------------------------------------------
 
+def seed_list(exp, count):
+    """The seeds to run: count of them from the config's seed (count None: the config's
+    `seeds`); (None,) for one run of the config's seed, into the folders without a seed suffix."""
+    from cdsgd_mx.experiments import config as C
+    try:
+        cfg = C.load(os.path.join(ROOT, exp["config"]))
+    except C.ConfigError as e:
+        sys.exit("reproduce: %s" % e)
+    count = count or (cfg.seeds if cfg.seeds > 1 else None)
+    return (None,) if count is None else tuple(range(cfg.seed, cfg.seed + count))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="scripts/reproduce.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("experiment", help="one of %s" % ", ".join(EXPERIMENTS))
@@ -502,14 +768,24 @@ def main(argv=None):
                     "experiment's (e.g. 2)")
     ap.add_argument("--replot", action="store_true", help="redo the plots and the table from the logs "
                     "already in --out (same experiment and options), without running anything")
+    ap.add_argument("--seeds", type=int, default=None, help="run every algorithm with N seeds (the config's "
+                    "seed and the next N - 1) and judge the paper's claims across them (default: the config's "
+                    "`seeds`, else one run of its seed)")
+    ap.add_argument("--rerun", action="store_true", help="run again even where --out holds a finished run "
+                    "with the same settings (without it such runs are reused)")
     args = ap.parse_args(argv)
-    global REPLOT
-    REPLOT = args.replot
+    global REPLOT, RERUN
+    REPLOT, RERUN = args.replot, args.rerun
     if args.experiment not in EXPERIMENTS:
         ap.error("experiment must be one of %s, got %r" % (", ".join(EXPERIMENTS), args.experiment))
     if args.iterations is not None and args.iterations < 1:
         ap.error("--iterations must be >= 1")
+    if args.seeds is not None and args.seeds < 1:
+        ap.error("--seeds must be an integer >= 1, got %d" % args.seeds)
     exp = dict(EXPERIMENTS[args.experiment])
+    if exp["kind"] == "speed" and args.seeds is not None:
+        ap.error("--seeds applies to the accuracy experiments (fig6, fig7, fig8, fig9, table2), not %s"
+                 % args.experiment)
     if args.workers:
         try:
             counts = [int(w) for w in args.workers.split(",")]
@@ -528,14 +804,21 @@ def main(argv=None):
             json.dump(cases, f, indent=1)
         plots = plot_speed(cases, out_dir)
         md = table_speed(exp, cases, args.quick, cfg["workers"])
-    elif exp["kind"] == "ksweep":
-        results, data, note = run_curves(exp, args.quick, out_dir, args.iterations, args.data_dir, KSWEEP_RUNS)
-        plots = plot_ksweep(exp, results, out_dir)
-        md = table_ksweep(exp, results, args.quick, data, note)
     else:
-        results, data, note = run_curves(exp, args.quick, out_dir, args.iterations, args.data_dir, CURVE_RUNS)
-        plots = plot_curves(name, exp, results, out_dir, ALGORITHMS)
-        md = table_curves(name, exp, results, args.quick, data, note, ALGORITHMS)
+        seeds = seed_list(exp, args.seeds)
+        ksweep = exp["kind"] == "ksweep"
+        results, data, note = run_curves(exp, args.quick, out_dir, args.iterations, args.data_dir,
+                                         KSWEEP_RUNS if ksweep else CURVE_RUNS, seeds)
+        plots = plot_ksweep(exp, results, out_dir) if ksweep else plot_curves(name, exp, results, out_dir, ALGORITHMS)
+        if seeds == (None,):
+            md = table_ksweep(exp, results, args.quick, data, note) if ksweep else \
+                table_curves(name, exp, results, args.quick, data, note, ALGORITHMS)
+        else:
+            claims = judge_claims(exp, results)
+            md = table_ksweep_seeds(exp, results, args.quick, data, note, claims) if ksweep else \
+                table_curves_seeds(name, exp, results, args.quick, data, note, ALGORITHMS, claims)
+            with open(os.path.join(out_dir, "seeds.json"), "w") as f:
+                json.dump(seeds_record(name, args.quick, data, results, claims), f, indent=1)
     md += "\n" + "\n".join("![%s](%s)" % (os.path.basename(p), os.path.basename(p)) for p in plots) + "\n"
     with open(os.path.join(out_dir, "%s.md" % name), "w") as f:
         f.write(md)

@@ -44,10 +44,10 @@ def choose_k(cfg):
 
 
 class ArrayData:
-    """An in-memory data set: this rank's shard of the training set (a new order per epoch,
-    depending on (seed, epoch, rank) only, so a resumed run sees the same batches), the whole
-    test set on every rank. augment: random 4-pixel-padded crops and horizontal flips (the
-    usual CIFAR-10 augmentation)."""
+    """An in-memory data set: this rank's shard of the training set (which samples it holds
+    follows the seed; a new order per epoch, depending on (seed, epoch, rank) only, so a
+    resumed run sees the same batches), the whole test set on every rank. augment: random
+    4-pixel-padded crops and horizontal flips (the usual CIFAR-10 augmentation)."""
 
     def __init__(self, xtr, ytr, xte, yte, source, cfg, rank, workers, augment=False):
         from cdsgd_mx import data
@@ -55,7 +55,7 @@ class ArrayData:
             xtr, ytr = xtr[:cfg.train_samples], ytr[:cfg.train_samples]
         if cfg.test_samples:
             xte, yte = xte[:cfg.test_samples], yte[:cfg.test_samples]
-        idx = data.shard(len(xtr), rank, workers)
+        idx = data.shard(len(xtr), rank, workers, seed=cfg.seed)
         self.xtr, self.ytr, self.xte, self.yte = xtr[idx], ytr[idx], xte, yte
         self.source, self.augment = source, augment
         self.batch, self.seed, self.rank = cfg.batch_size, cfg.seed, rank

@@ -28,6 +28,8 @@ BASE = {"iterations": 100}
     ("bandwidth", "fast", "bandwidth must be a tc rate such as 100mbit, 1gbit or 10gbit, or null"),
     ("latency", -1, "latency must be a number >= 0 or null, got -1"),
     ("seed", "x", "seed must be an integer, got 'x'"),
+    ("seed", -1, "seed must be an integer >= 0 (numpy's generators take no negative seed), got -1"),
+    ("seeds", 0, "seeds must be an integer >= 1, got 0"),
     ("out", "", "out must be a non-empty path"),
     ("train_samples", 0, "train_samples must be an integer >= 1 or null, got 0"),
     ("test_samples", "all", "test_samples must be an integer >= 1 or null, got 'all'"),

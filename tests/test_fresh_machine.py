@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from cdsgd_mx import data, joblog
@@ -51,6 +52,10 @@ def test_the_demo_runs_on_an_empty_home_behind_the_emulated_link(tmp_path):
     assert all(10.0 < float(r[1].rstrip("%")) <= 100.0 for r in rows), rows  # trained, not chance
     assert float(rows[1][3]) < float(rows[0][3])  # MB pushed: CD-SGD's 2-bit steps ran
     assert "CDSGD: " in out and "x the speed of S-SGD" in out
+    # the accuracy difference with the spread the demo measured, whichever way it came out
+    accuracy = [ln for ln in out.splitlines() if "over the 10000 test images, paired image by image" in ln]
+    assert len(accuracy) == 1 and ("80 iterations cannot separate CDSGD's" in accuracy[0]
+                                   or accuracy[0].startswith("CDSGD - SSGD test accuracy: ")), accuracy
     # MNIST came with the install: nothing fetched, nothing written to the data cache
     assert data.find_mnist() is not None and "fetching" not in out
     assert files_under(env["CDSGD_DATA"]) == []
@@ -200,6 +205,25 @@ def test_a_failing_demo_job_shows_the_failing_node_not_a_wall(tmp_path, capsys):
     assert tail[-2].startswith("Run again with --bandwidth none")
     log = tail[-1].split("full log of every node: ", 1)[1]
     assert "Traceback" in open(log).read()  # everything is kept there
+
+
+def demo_result(algorithm, right):
+    """A job's RESULT as the demo reads it: which of 1000 test images it got right."""
+    hits = np.zeros(1000, bool)
+    hits[right] = True
+    return {"algorithm": algorithm, "test_images": 1000, "test_hits": np.packbits(hits).tobytes().hex()}
+
+
+def test_demo_says_whether_its_runs_separate_the_accuracies():
+    from cdsgd_mx import demo
+    base = demo_result("ssgd", slice(0, 900))
+    # 10 images gained, 10 lost: difference 0, interval +-1.96 sqrt(20/1000 / 999) ~ +-0.88 points
+    same = demo.accuracy_line(demo_result("cdsgd", slice(10, 910)), base, 400)
+    assert same == ("400 iterations cannot separate CDSGD's test accuracy from S-SGD's: +0.00 points, 95% interval "
+                    "-0.88 to +0.88 over the 1000 test images, paired image by image")
+    better = demo.accuracy_line(demo_result("cdsgd", slice(0, 950)), base, 400)  # 50 more right, none lost
+    assert better.startswith("CDSGD - SSGD test accuracy: +5.00 points, 95% interval +3.65 to +6.35 over the 1000 ")
+    assert "seed-to-seed spread not included" in better
 
 
 def test_joblog_picks_the_failing_node_out_of_interleaved_noise():

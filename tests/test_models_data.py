@@ -48,6 +48,16 @@ def test_shards_are_disjoint_and_complete(n, workers):
         data.shard(n, workers, workers)
 
 
+@pytest.mark.parametrize("n,workers", [(0, 1), (10, 3), (60000, 4), (5, 8)])
+def test_seeded_shards_are_disjoint_complete_and_follow_the_seed(n, workers):
+    parts = [data.shard(n, r, workers, seed=7) for r in range(workers)]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(n))
+    assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1
+    assert all(np.array_equal(p, data.shard(n, r, workers, seed=7)) for r, p in enumerate(parts))
+    if n >= 10:  # another seed, other samples on rank 0
+        assert not np.array_equal(parts[0], data.shard(n, 0, workers, seed=8))
+
+
 def test_synthetic_data_says_what_it_is():
     x, y, source = data.synthetic((3, 32, 32), 10, 5)
     assert x.shape == (5, 3, 32, 32) and y.shape == (5,) and set(y) <= set(range(10))

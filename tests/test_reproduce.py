@@ -127,3 +127,167 @@ def test_fig10_config_errors_name_the_field(tmp_path, line, message):
     path.write_text(yaml.safe_dump(cfg))
     with pytest.raises(SystemExit, match="missing fields|unknown fields"):
         rp.load_speed_config(str(path), None)
+
+
+# ---- several seeds (issue 28) ---------------------------------------------------------------------
+
+def fake_run(rp, seed, accs, loss=0.5, iterations=4):
+    """A run's logs: `iterations` steps of one epoch each, one evaluation per epoch (accs)."""
+    per_epoch = iterations // len(accs)
+    iters = [{"iteration": i, "epoch": i // per_epoch, "loss": loss, "iter_ms": 10.0} for i in range(iterations)]
+    return rp.Run(seed, iters, [{"epoch": e, "test_accuracy": a} for e, a in enumerate(accs)])
+
+
+def fake_results(rp, accs, workers=2, epochs=1):
+    """{(name, workers): [Run per seed]} from {name: [final accuracy per seed]}."""
+    return {(n, workers): [fake_run(rp, s, [a - 0.01 * (epochs - 1 - e) for e in range(epochs)], iterations=4 * epochs)
+                           for s, a in enumerate(v)] for n, v in accs.items()}
+
+
+FIG6_ACCS = {"ssgd": [0.9900, 0.9910, 0.9920], "bitsgd": [0.9950, 0.9960, 0.9990],
+             "odsgd": [0.9850, 0.9900, 0.9800], "cdsgd": [0.9905, 0.9913, 0.9921]}
+
+
+def test_claims_get_the_three_verdicts_from_paired_seeds():
+    rp = _reproduce_module()
+    claims = {r["claim"].split(":")[0]: r for r in rp.judge_claims(rp.EXPERIMENTS["fig6"], fake_results(rp, FIG6_ACCS))}
+    keep = claims["CD-SGD keeps S-SGD's accuracy (99.14% against 99.15%)"]
+    # CD - S per seed: 0.05, 0.03, 0.01 pp: mean 0.03 pp, std 0.02 pp, half-width 4.302653 * 0.02 / sqrt(3) pp
+    (d,) = keep["differences"]
+    assert d["b"] == "ssgd" and d["n"] == 3 and d["mean"] == pytest.approx(0.0003)
+    assert d["low"] == pytest.approx(0.0003 - 4.302653 * 0.0002 / 3 ** 0.5, abs=1e-8)
+    assert keep["verdict"] == "holds"  # the whole interval lies above -0.1 pp
+    assert claims["CD-SGD beats BIT-SGD (99.14% against below 99%)"]["verdict"] == "does not hold"
+    # OD - S: -0.5, -0.1, -1.2 pp: the interval (about -1.98 to +0.78 pp) straddles -0.1 pp
+    assert claims["OD-SGD keeps S-SGD's accuracy (99.12% against 99.15%)"]["verdict"] == "cannot tell at this n"
+    lines = rp.claims_lines(list(claims.values()), quick=True)
+    assert any(l.startswith("| CD-SGD keeps S-SGD's accuracy") and "| 2 | +0.03 [-0.02, +0.08] | 3 | **holds** |" in l
+               for l in lines)
+    # one seed: no interval, so no verdict either way
+    one = rp.judge_claims(rp.EXPERIMENTS["fig6"], fake_results(rp, {n: v[:1] for n, v in FIG6_ACCS.items()}))
+    assert {r["verdict"] for r in one} == {"cannot tell at this n"}
+    # fig8 --quick on synthetic data evaluates nothing: no verdict, and the table says so
+    blind = {(n, 2): [rp.Run(s, run.iters, [{"epoch": 0, "test_accuracy": None}]) for s, run in enumerate(runs)]
+             for (n, _), runs in fake_results(rp, FIG6_ACCS).items()}
+    rows = rp.judge_claims(rp.EXPERIMENTS["fig8"], blind)
+    assert [r["verdict"] for r in rows] == ["no test accuracy in these runs"] * 2
+    assert "| CD-SGD | 2 | - | 0 | - | - |" in rp.table_curves_seeds("fig8", rp.EXPERIMENTS["fig8"], blind, True,
+                                                                       "synthetic", "", rp.ALGORITHMS, rows)
+
+
+def test_best_k_holds_only_against_every_other_k():
+    rp = _reproduce_module()
+    accs = {"ssgd": [0.70, 0.71, 0.72], "bitsgd": [0.60, 0.61, 0.62], "k2": [0.80, 0.81, 0.83],
+            "k5": [0.70, 0.70, 0.71], "k10": [0.65, 0.66, 0.64], "k20": [0.605, 0.612, 0.621]}
+    rows = {r["claim"].split(":")[0]: r for r in rp.judge_claims(rp.EXPERIMENTS["fig9"], fake_results(rp, accs))}
+    best = rows["k = 2 is the best k"]
+    assert best["verdict"] == "holds" and [d["b"] for d in best["differences"]] == ["k5", "k10", "k20"]
+    assert rows["k = 20 is about BIT-SGD (89.68% against 88.81%)"]["verdict"] == "holds"  # within 1 pp
+    assert rows["k = 5 is close to S-SGD"]["verdict"] == "cannot tell at this n"  # 0, -1, -1 pp: past -1 pp
+    accs["k10"] = [0.85, 0.86, 0.87]  # k = 10 beats k = 2 in every seed
+    rows = {r["claim"].split(":")[0]: r for r in rp.judge_claims(rp.EXPERIMENTS["fig9"], fake_results(rp, accs))}
+    assert rows["k = 2 is the best k"]["verdict"] == "does not hold"
+
+
+def test_seed_tables_give_mean_std_n_and_each_seed():
+    rp = _reproduce_module()
+    exp = rp.EXPERIMENTS["fig6"]
+    results = fake_results(rp, FIG6_ACCS)
+    table = rp.table_curves_seeds("fig6", exp, results, True, "MNIST", "", rp.ALGORITHMS, rp.judge_claims(exp, results))
+    # CD-SGD: 99.05, 99.13, 99.21: mean 99.13, std 0.08
+    assert "| CD-SGD | 2 | 99.13 ± 0.08 | 3 | 99.05 - 99.21 | 99.14% | 0.5000 | 10.0 |" in table
+    assert "| CD-SGD | 2 | 99.05 | 99.13 | 99.21 |" in table  # per seed
+    assert "95% interval from Student's t" in table and "**does not hold**" in table
+    accs = {"ssgd": [0.70, 0.72], "bitsgd": [0.60, 0.62], "k2": [0.80, 0.81], "k5": [0.70, 0.70],
+            "k10": [0.65, 0.66], "k20": [0.61, 0.62]}
+    results = fake_results(rp, accs, epochs=2)
+    table = rp.table_ksweep_seeds(rp.EXPERIMENTS["fig9"], results, True, "Fashion-MNIST", "",
+                                  rp.judge_claims(rp.EXPERIMENTS["fig9"], results))
+    assert "| 2 | 71.00 ± 1.41 (2) | 61.00 ± 1.41 (2) | 80.50 ± 0.71 (2) |" in table
+    # each epoch: 4 steps of 10 ms; the paper's 2-worker seconds beside
+    assert "| 2 | 0.04 ± 0.00 (4.32) | 0.04 ± 0.00 (3.61) |" in table
+
+
+def test_band_plot_has_a_band_per_algorithm(tmp_path, monkeypatch):
+    rp = _reproduce_module()
+    figures = []
+    save = rp.save_figure
+
+    def keep(plt, fig, out_dir, name):
+        figures.append(fig)
+        return save(plt, fig, out_dir, name)
+    monkeypatch.setattr(rp, "save_figure", keep)
+    (path,) = rp.plot_curves("fig6", rp.EXPERIMENTS["fig6"], fake_results(rp, FIG6_ACCS, epochs=3), str(tmp_path),
+                             rp.ALGORITHMS)
+    assert os.path.getsize(path) > 10000
+    loss, acc = figures[0].axes
+    assert len(loss.collections) == len(acc.collections) == 4  # fill_between: one band per algorithm
+    assert loss.get_legend_handles_labels()[1] == ["S-SGD (n=3)", "BIT-SGD (n=3)", "OD-SGD (n=3)", "CD-SGD (n=3)"]
+    assert "mean of 3 seeds, band: min to max" in loss.get_title()
+    (path,) = rp.plot_ksweep(rp.EXPERIMENTS["fig9"], fake_results(rp, {"k2": [0.8, 0.9], "ssgd": [0.7, 0.8]}, epochs=2),
+                             str(tmp_path))
+    assert os.path.getsize(path) > 10000 and len(figures[1].axes[0].collections) == 2
+
+
+def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
+    """Finished runs (with the same settings) are read back, not run again; a run without its
+    finished mark, or with other settings, runs again; --rerun runs everything."""
+    rp = _reproduce_module()
+    ran = []
+
+    def train(cmd, **kwargs):
+        out = next(a[4:] for a in cmd if a.startswith("out="))
+        seed = int(next(a[5:] for a in cmd if a.startswith("seed=")))
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "metrics-rank0.jsonl"), "w") as f:
+            f.write('{"iteration": 0, "epoch": 0, "loss": 1.0, "iter_ms": 5.0}\n')
+            f.write('{"epoch": 0, "test_accuracy": %s}\n' % (0.5 + seed / 100))
+        with open(os.path.join(out, "config.json"), "w") as f:
+            f.write('{"data": "MNIST"}')
+        ran.append(os.path.basename(out))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    monkeypatch.setattr(rp.subprocess, "run", train)
+    out = str(tmp_path / "sweep")
+
+    def sweep(iterations=None):
+        del ran[:]
+        results, data, _ = rp.run_curves(dict(rp.EXPERIMENTS["fig6"]), True, out, iterations, None, rp.CURVE_RUNS,
+                                         (0, 1))
+        return results
+    first = sweep()
+    assert sorted(ran) == sorted("%s-2workers-seed%d" % (a, s) for a in rp.ALGORITHMS for s in (0, 1))
+    assert [r.epochs[-1]["test_accuracy"] for r in first[("cdsgd", 2)]] == [0.5, 0.51]
+    assert sweep() == first and ran == []
+    os.remove(os.path.join(out, "logs", "odsgd-2workers-seed1", rp.DONE))  # stopped before it finished
+    assert sweep() == first and ran == ["odsgd-2workers-seed1"]
+    sweep(iterations=70)  # other settings: every run again
+    assert len(ran) == 8
+    monkeypatch.setattr(rp, "RERUN", True)
+    sweep(iterations=70)
+    assert len(ran) == 8
+
+
+@pytest.mark.parametrize("args,message", [
+    (["fig6", "--seeds", "0"], "--seeds must be an integer >= 1, got 0"),
+    (["fig10", "--seeds", "3"], "--seeds applies to the accuracy experiments (fig6, fig7, fig8, fig9, table2), "
+                                "not fig10"),
+])
+def test_bad_seeds_are_one_line(tmp_path, args, message):
+    proc = subprocess.run([sys.executable, SCRIPT] + args + ["--out", str(tmp_path / "x")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_seeds_come_from_the_option_else_the_config(tmp_path):
+    rp = _reproduce_module()
+    config = tmp_path / "fig6.yaml"
+    base = open(os.path.join(ROOT, "configs", "fig6_lenet_mnist.yaml")).read()
+    config.write_text(base.replace("seed: 0", "seed: 10\nseeds: 3"))
+    exp = dict(rp.EXPERIMENTS["fig6"], config=str(config))  # an absolute path stays itself under ROOT
+    assert rp.seed_list(exp, None) == (10, 11, 12)
+    assert rp.seed_list(exp, 2) == (10, 11)
+    assert rp.seed_list(rp.EXPERIMENTS["fig6"], None) == (None,)  # no seeds: one run, folders as before
+    assert rp.seed_list(rp.EXPERIMENTS["fig6"], 1) == (0,)
+    config.write_text(base.replace("seed: 0", "seeds: 0"))
+    with pytest.raises(SystemExit, match="seeds must be an integer >= 1, got 0"):
+        rp.seed_list(exp, None)

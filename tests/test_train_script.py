@@ -85,3 +85,24 @@ def test_resume_continues_exactly(tmp_path):
         assert sorted(a) == sorted(b)
         for name in a:
             np.testing.assert_array_equal(a[name].asnumpy(), b[name].asnumpy())
+
+
+@pytest.mark.slow
+def test_the_same_seed_gives_the_same_run(tmp_path):
+    """Two jobs with the same seed (launcher, 2 workers, 1 server; CD-SGD, so compressed pushes
+    and delayed steps on the communication thread) log the same losses and test accuracy to the
+    last bit on both workers; another seed gives another run (init, shard and order follow it)."""
+    common = ["algorithm=cdsgd", "epochs=null", "iterations=24", "warmup_steps=4", "train_samples=2000",
+              "test_samples=500", "checkpoint=false"]
+    logs = {}
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        out = str(tmp_path / name)
+        proc = run(*common, "seed=%d" % seed, "out=" + out)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        logs[name] = []
+        for rank in (0, 1):
+            rows = [json.loads(l) for l in open(os.path.join(out, "metrics-rank%d.jsonl" % rank))]
+            logs[name].append(([r["loss"] for r in rows if "iteration" in r], rows[-1]["test_accuracy"]))
+    assert len(logs["a"][0][0]) == 24 and logs["a"][0][1] > 0.1  # evaluated: above chance
+    assert logs["a"] == logs["b"]
+    assert logs["a"][0][0][0] != logs["c"][0][0][0]  # the first step already differs: another init and batch

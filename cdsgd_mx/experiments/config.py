@@ -42,7 +42,8 @@ class Config:
     iterations: Optional[int] = None
     bandwidth: Optional[str] = None  # emulated link, tc syntax (1gbit)
     latency: Optional[float] = None  # ms
-    seed: int = 0
+    seed: int = 0                    # init, shard, data order, augmentation and dropout all follow it
+    seeds: int = 1                   # scripts/reproduce.py runs seed, seed + 1, ..., seed + seeds - 1
     out: str = "results/run"
     data_dir: Optional[str] = None
     train_samples: Optional[int] = None  # use only the first N training samples (before sharding); null: all
@@ -119,6 +120,9 @@ def _check(cfg):
          "bandwidth must be a tc rate such as 100mbit, 1gbit or 10gbit, or null, got %r" % (cfg.bandwidth,))
     number("latency", 0, strict=False, allow_none=True)
     need(_is_int(cfg.seed), "seed must be an integer, got %r" % (cfg.seed,))
+    need(cfg.seed >= 0, "seed must be an integer >= 0 (numpy's generators take no negative seed), got %r"
+         % (cfg.seed,))
+    integer("seeds", 1)
     need(isinstance(cfg.out, str) and cfg.out != "", "out must be a non-empty path, got %r" % (cfg.out,))
     need(cfg.data_dir is None or isinstance(cfg.data_dir, str), "data_dir must be a path or null, got %r" % (cfg.data_dir,))
     need(cfg.costs is None or isinstance(cfg.costs, str), "costs must be a path or null, got %r" % (cfg.costs,))
