@@ -64,7 +64,8 @@ class RoundRunner:
         compressed = self.schedule.compressed(t)
         for i, b in enumerate(bset.buckets):
             for attempt in range(MAX_RESENDS + 1):
-                with heartbeat.waiting("step %d's pull of bucket %d (key %d)" % (t, i, b.weight_key)):
+                with heartbeat.waiting("step %d's pull of bucket %d (key %d, server %d)" % (t, i, b.weight_key,
+                                                                                          b.server)):
                     if self.backend.bucket_applied(b):
                         break
                 dropped(self.backend.rank, "round %d of bucket %d (key %d, step %d)" % (

@@ -102,7 +102,8 @@ def test_a_worker_waiting_on_a_hung_one_ends_the_job_without_the_launchers_watch
     assert b"CDSGD_STALL_TIMEOUT=4" in env
     assert code == 75, out[-3000:]
     assert "worker 0 | cdsgd_mx worker 0 (rank " in out and "): stalled: waited " in out, out[-3000:]
-    assert re.match(r"\d+ s for step \d+'s pull of bucket \d+ \(key \d+\) \(CDSGD_STALL_TIMEOUT=4 s\); exiting$",
+    assert re.match(r"\d+ s for step \d+'s pull of bucket \d+ \(key \d+, server 0\) \(CDSGD_STALL_TIMEOUT=4 s\); "
+                    r"exiting$",
                     out.split("stalled: waited ")[1].splitlines()[0]), out[-3000:]
     assert "worker 0 exited with" in out and "launch | stall:" not in out
     assert took < 40
