@@ -34,11 +34,24 @@ def test_importing_the_package_registers_the_kvstore(tmp_path):
     assert not [m for m in imports["scheduler"] if m == "mxnet" or m.startswith("mxnet.")], "the scheduler imported MXNet"
 
 
-def test_the_package_imports_on_a_server_without_starting_mxnets_server():
-    env = dict(os.environ, DMLC_ROLE="server")
-    proc = subprocess.run([sys.executable, "-c", "import sys, cdsgd_mx; print('mxnet' in sys.modules)"],
+def test_importing_the_package_on_a_server_runs_ours_never_mxnets():
+    """On a server role `import cdsgd_mx` never lets MXNet's own server start (issue 11); since
+    issue 30 it runs ours there and exits, as `import mxnet` runs MXNet's (tools/launch.py runs
+    one command for every role): here it stops at our server's first check, in one line, and
+    nothing after the import runs. Our own entry points (python -m cdsgd_mx.X) are not servers
+    by importing the package: there it imports nothing of MXNet."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDSGD_", "DMLC_"))}
+    env["DMLC_ROLE"] = "server"
+    proc = subprocess.run([sys.executable, "-c", "import sys, cdsgd_mx; print('after the import')"],
                           env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "after the import" not in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.strip().startswith("cdsgd_mx server: this node has no job secret") and \
+        len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "cdsgd_mx.data", "where"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert proc.returncode == 0 and "cdsgd_mx" in imported, proc.stderr[-2000:]
+    assert not [m for m in imported if m == "mxnet" or m.startswith("mxnet.")], "the package imported MXNet on a server"
 
 
 def test_the_launcher_starts_without_importing_mxnet():
