@@ -57,7 +57,8 @@ def fail(algorithm, code, lines):
     sys.exit(1)
 
 
-def test_hits(result):
+def hits_of(result):
+    """Which test images a job classified right (its RESULT's bit string), as 0s and 1s."""
     import numpy as np
     bits = np.unpackbits(np.frombuffer(bytes.fromhex(result["test_hits"]), np.uint8))
     return bits[:result["test_images"]]
@@ -69,7 +70,7 @@ def accuracy_line(r, base, iterations):
     initial weights, shard and data order), its mean and 95% t interval (cdsgd_mx.spread). It
     covers the test sample, not training with another seed."""
     from . import spread
-    d = spread.paired(test_hits(r), test_hits(base))
+    d = spread.paired(hits_of(r), hits_of(base))
     numbers = "%+.2f points, 95%% interval %+.2f to %+.2f over the %d test images, paired image by image" % (
         100 * d.mean, 100 * d.low, 100 * d.high, d.n)
     name = r["algorithm"].upper()

@@ -158,6 +158,9 @@ def test_claims_get_the_three_verdicts_from_paired_seeds():
     assert d["low"] == pytest.approx(0.0003 - 4.302653 * 0.0002 / 3 ** 0.5, abs=1e-8)
     assert keep["verdict"] == "holds"  # the whole interval lies above -0.1 pp
     assert claims["CD-SGD beats BIT-SGD (99.14% against below 99%)"]["verdict"] == "does not hold"
+    # against a level: 99% - BIT-SGD is -0.50, -0.60, -0.90 pp, all below 0
+    below = claims["BIT-SGD stays below 99%"]
+    assert below["verdict"] == "does not hold" and below["differences"][0]["mean"] == pytest.approx(-0.02 / 3)
     # OD - S: -0.5, -0.1, -1.2 pp: the interval (about -1.98 to +0.78 pp) straddles -0.1 pp
     assert claims["OD-SGD keeps S-SGD's accuracy (99.12% against 99.15%)"]["verdict"] == "cannot tell at this n"
     lines = rp.claims_lines(list(claims.values()), quick=True)

@@ -3,9 +3,10 @@
 
     python -m cdsgd_mx.launch -n 2 -s 1 -- python -m cdsgd_mx.examples.lenet_mnist --algorithm cdsgd
 
-Each worker trains on its shard (rank::num_workers); rank 0 reports test accuracy and mean
-time per iteration, and prints one JSON summary line prefixed with "RESULT " (with which test
-images it classified right, so that two runs can be compared image by image).
+Each worker trains on its shard (every num_workers-th sample of a permutation drawn from
+--seed); rank 0 reports test accuracy and mean time per iteration, and prints one JSON summary
+line prefixed with "RESULT " (with which test images it classified right, so that two runs can
+be compared image by image).
 """
 import argparse
 import json
