@@ -232,12 +232,9 @@ def test_band_plot_has_a_band_per_algorithm(tmp_path, monkeypatch):
     assert os.path.getsize(path) > 10000 and len(figures[1].axes[0].collections) == 2
 
 
-def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
-    """Finished runs (with the same settings) are read back, not run again; a run without its
-    finished mark, or with other settings, runs again; --rerun runs everything."""
-    rp = _reproduce_module()
-    ran = []
-
+def fake_train(ran, commands=None):
+    """subprocess.run in place of scripts/train.py: writes a run's logs (test accuracy 0.5 +
+    seed / 100) and notes the run's folder in `ran` (and its command in `commands`)."""
     def train(cmd, **kwargs):
         out = next(a[4:] for a in cmd if a.startswith("out="))
         seed = int(next(a[5:] for a in cmd if a.startswith("seed=")))
@@ -248,8 +245,18 @@ def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
         with open(os.path.join(out, "config.json"), "w") as f:
             f.write('{"data": "MNIST"}')
         ran.append(os.path.basename(out))
+        if commands is not None:
+            commands.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
-    monkeypatch.setattr(rp.subprocess, "run", train)
+    return train
+
+
+def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
+    """Finished runs (with the same settings) are read back, not run again; a run without its
+    finished mark, or with other settings, runs again; --rerun runs everything."""
+    rp = _reproduce_module()
+    ran = []
+    monkeypatch.setattr(rp.subprocess, "run", fake_train(ran))
     out = str(tmp_path / "sweep")
 
     def sweep(iterations=None):
@@ -268,6 +275,17 @@ def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(rp, "RERUN", True)
     sweep(iterations=70)
     assert len(ran) == 8
+
+
+def test_fig8_quick_without_imagenet_runs_on_synthetic_data_with_seeds(tmp_path, monkeypatch):
+    """The synthetic fallback needs the quick overrides (no epochs) before the data check."""
+    rp = _reproduce_module()
+    commands = []
+    monkeypatch.setattr(rp.subprocess, "run", fake_train([], commands))
+    results, _, note = rp.run_curves(dict(rp.EXPERIMENTS["fig8"]), True, str(tmp_path / "fig8"), None,
+                                     str(tmp_path), rp.CURVE_RUNS, (0, 1))
+    assert len(commands) == 8 and all("dataset=synthetic" in c and "epochs=null" in c for c in commands)
+    assert "synthetic" in note and sorted(len(r) for r in results.values()) == [2, 2, 2, 2]
 
 
 @pytest.mark.parametrize("args,message", [
