@@ -288,6 +288,38 @@ def test_fig8_quick_without_imagenet_runs_on_synthetic_data_with_seeds(tmp_path,
     assert "synthetic" in note and sorted(len(r) for r in results.values()) == [2, 2, 2, 2]
 
 
+def test_a_seed_that_diverges_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    rp = _reproduce_module()
+    ran = []
+    train = fake_train(ran)
+
+    def diverging(cmd, **kwargs):
+        if "algorithm=cdsgd" in cmd and "seed=1" in cmd:
+            ran.append("diverged")
+            return subprocess.CompletedProcess(cmd, 1, "worker 1 | FloatingPointError: non-finite gradient in "
+                                                       "parameter conv0_weight at step 5864 (6 values)\n", "")
+        return train(cmd, **kwargs)
+    monkeypatch.setattr(rp.subprocess, "run", diverging)
+    monkeypatch.setattr(rp, "FAILED", {})
+    out = str(tmp_path / "sweep")
+    exp = dict(rp.EXPERIMENTS["fig6"])
+    results, _, _ = rp.run_curves(exp, True, out, None, None, rp.CURVE_RUNS, (0, 1, 2))
+    assert len(ran) == 12 and [r.seed for r in results[("cdsgd", 2)]] == [0, 2]
+    why = "FloatingPointError: non-finite gradient in parameter conv0_weight at step 5864 (6 values)"
+    assert rp.FAILED == {("cdsgd", 2, 1): why}
+    lines = rp.per_seed_lines(results, rp.ALGORITHMS)
+    assert "| CD-SGD | 2 | 50.00 | failed | 52.00 |" in lines and "- CD-SGD, 2 workers, seed 1: " + why in lines
+    (keep,) = [r for r in rp.judge_claims(exp, results) if r["claim"].startswith("CD-SGD keeps S-SGD's")]
+    assert keep["differences"][0]["n"] == 2  # the seeds where both finished
+    assert rp.seeds_record("fig6", True, "MNIST", results, [])["failed"] == [
+        {"run": "cdsgd", "workers": 2, "seed": 1, "why": why}]
+    # resumed: the failure is read back, not run again
+    del ran[:]
+    monkeypatch.setattr(rp, "FAILED", {})
+    rp.run_curves(exp, True, out, None, None, rp.CURVE_RUNS, (0, 1, 2))
+    assert ran == [] and rp.FAILED == {("cdsgd", 2, 1): why}
+
+
 @pytest.mark.parametrize("args,message", [
     (["fig6", "--seeds", "0"], "--seeds must be an integer >= 1, got 0"),
     (["fig10", "--seeds", "3"], "--seeds applies to the accuracy experiments (fig6, fig7, fig8, fig9, table2), "
