@@ -128,21 +128,38 @@ RERUN = False  # --rerun: run again where a finished run with the same settings 
 DONE = "reproduce.json"  # written into a run's folder once it finished: what it ran
 
 
-def run_train(exp, name, overrides, workers, out, what=""):
+FAILED = {}  # (name, workers, seed) -> why: runs of a sweep over seeds that failed (diverged)
+
+
+class RunFailed(Exception):
+    """A run of a sweep over seeds failed; the message says why in one line."""
+
+
+def failure_reason(output, code):
+    """The last error line of a job's output, without its node prefix."""
+    errors = [line.split(" | ", 1)[-1].strip() for line in output.splitlines() if "Error" in line]
+    return errors[-1] if errors else "exit code %d" % code
+
+
+def run_train(exp, name, overrides, workers, out, what="", keep_going=False):
     """One run of scripts/train.py into `out`, or the finished one already there when it ran
-    the same overrides (a stopped sweep resumes where it stopped)."""
-    if REPLOT:
-        return read_metrics(out)
+    the same overrides (a stopped sweep resumes where it stopped). keep_going (a sweep over
+    seeds): a failing run is recorded as failed, in its folder too, and raises RunFailed; a
+    seed that diverges is a result, and would diverge again at every resume."""
+    marker = os.path.join(out, DONE)
     done = {"config": exp["config"], "overrides": overrides, "workers": workers}
     label = "%s, %d workers%s" % (LABELS[name], workers, what)
-    if not RERUN and os.path.exists(os.path.join(out, DONE)):
-        try:
-            same = json.load(open(os.path.join(out, DONE))) == done
-        except ValueError:
-            same = False  # cut short while written: run again
-        if same:
+    try:
+        before = json.load(open(marker)) if os.path.exists(marker) else None
+    except ValueError:
+        before = None  # cut short while written: run again
+    if REPLOT or (not RERUN and before is not None and dict(before, failed=None) == dict(done, failed=None)):
+        if before is not None and before.get("failed"):
+            say("%s: failed in an earlier sweep (%s)" % (label, before["failed"]))
+            raise RunFailed(before["failed"])
+        if not REPLOT:
             say("%s: reusing the finished run in %s" % (label, out))
-            return read_metrics(out)
+        return read_metrics(out)
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config", os.path.join(ROOT, exp["config"])] \
         + overrides + ["workers=%d" % workers, "out=" + out]
     say("%s ..." % label)
@@ -152,10 +169,17 @@ def run_train(exp, name, overrides, workers, out, what=""):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "job.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
+    if proc.returncode != 0 and keep_going:
+        why = failure_reason(proc.stdout + proc.stderr, proc.returncode)
+        with open(marker, "w") as f:
+            json.dump(dict(done, failed=why), f)
+        say("%s failed (%s; see %s): recorded as failed, the sweep goes on"
+            % (label, why, os.path.join(out, "job.log")))
+        raise RunFailed(why)
     if proc.returncode != 0:
         sys.exit("reproduce: the %s run failed (see %s):\n%s"
                  % (label, os.path.join(out, "job.log"), (proc.stdout + proc.stderr)[-1500:]))
-    with open(os.path.join(out, DONE), "w") as f:
+    with open(marker, "w") as f:
         json.dump(done, f)
     return read_metrics(out)
 
@@ -197,10 +221,10 @@ def ensure_data(exp, overrides):
     here beats the same failure in every run)."""
     from cdsgd_mx import data
     from cdsgd_mx.experiments import config as C
-    cfg = C.load(os.path.join(ROOT, exp["config"]), overrides)
     try:
+        cfg = C.load(os.path.join(ROOT, exp["config"]), overrides)
         data.ensure(cfg.dataset, cfg.data_dir)
-    except data.DataMissing as e:
+    except (C.ConfigError, data.DataMissing) as e:
         sys.exit("reproduce: %s" % e)
 
 
@@ -217,11 +241,11 @@ def run_curves(exp, quick, out_dir, iterations, data_dir, runs, seeds=(None,)):
     behind). seeds: (None,) runs the config's seed into the folders without a seed suffix.
     Returns ({(name, workers): [Run per seed]}, the data used, the fallback note)."""
     extra, note = data_overrides(exp, quick, data_dir)
-    if not REPLOT:
-        ensure_data(exp, extra)
     extra += exp["quick"] if quick else []
     if iterations:
         extra += ["epochs=null", "iterations=%d" % iterations]
+    if not REPLOT:  # with every override: fig8's synthetic fallback is valid only with the quick ones
+        ensure_data(exp, extra)
     results = {}
     worker_counts = exp["quick_workers"] if quick else exp["workers"]
     total, count = len(worker_counts) * len(seeds) * len(runs), 0
@@ -231,7 +255,12 @@ def run_curves(exp, quick, out_dir, iterations, data_dir, runs, seeds=(None,)):
                 count += 1
                 what = "" if seed is None else ", seed %d (run %d of %d)" % (seed, count, total)
                 seeded = overrides + extra + ([] if seed is None else ["seed=%d" % seed])
-                iters, epochs = run_train(exp, name, seeded, workers, run_folder(out_dir, name, workers, seed), what)
+                try:
+                    iters, epochs = run_train(exp, name, seeded, workers, run_folder(out_dir, name, workers, seed),
+                                              what, keep_going=seed is not None)
+                except RunFailed as e:
+                    FAILED[(name, workers, seed)] = str(e)
+                    continue
                 results.setdefault((name, workers), []).append(Run(seed, iters, epochs))
     first = os.path.join(run_folder(out_dir, runs[-1][0], min(worker_counts), seeds[0]), "config.json")
     return results, json.load(open(first))["data"], note
@@ -496,7 +525,11 @@ def per_seed_lines(results, names):
     for (n, w) in sorted(results, key=lambda key: (key[1], names.index(key[0]))):
         accs = per_seed(results, n, w)
         lines.append("| %s | %d | " % (LABELS[n], w) + " | ".join(
-            "%.2f" % (100 * accs[s]) if s in accs else "-" for s in seeds) + " |")
+            "%.2f" % (100 * accs[s]) if s in accs else "failed" if (n, w, s) in FAILED else "-" for s in seeds) + " |")
+    if FAILED:
+        lines += ["", "Failed runs, left out of the means and of the paired differences (which take the seeds "
+                      "where both runs finished):", ""]
+        lines += ["- %s, %d workers, seed %d: %s" % (LABELS[n], w, s, why) for (n, w, s), why in sorted(FAILED.items())]
     return lines
 
 
@@ -553,7 +586,8 @@ def seeds_record(name, quick, data, results, claims):
     runs = {"%s-%dworkers" % key: {str(r.seed): {"test_accuracy": final_accuracy(r), "final_loss": final_loss(r),
                                                   "epoch_s": epoch_seconds(r.iters)} for r in rs}
             for key, rs in results.items()}
-    return {"experiment": name, "quick": quick, "data": data, "runs": runs, "claims": claims}
+    failed = [{"run": n, "workers": w, "seed": s, "why": why} for (n, w, s), why in sorted(FAILED.items())]
+    return {"experiment": name, "quick": quick, "data": data, "runs": runs, "claims": claims, "failed": failed}
 
 
 # ---- speed: fig10 -----------------------------------------------------------------------------

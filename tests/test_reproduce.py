@@ -232,12 +232,9 @@ def test_band_plot_has_a_band_per_algorithm(tmp_path, monkeypatch):
     assert os.path.getsize(path) > 10000 and len(figures[1].axes[0].collections) == 2
 
 
-def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
-    """Finished runs (with the same settings) are read back, not run again; a run without its
-    finished mark, or with other settings, runs again; --rerun runs everything."""
-    rp = _reproduce_module()
-    ran = []
-
+def fake_train(ran, commands=None):
+    """subprocess.run in place of scripts/train.py: writes a run's logs (test accuracy 0.5 +
+    seed / 100) and notes the run's folder in `ran` (and its command in `commands`)."""
     def train(cmd, **kwargs):
         out = next(a[4:] for a in cmd if a.startswith("out="))
         seed = int(next(a[5:] for a in cmd if a.startswith("seed=")))
@@ -248,8 +245,18 @@ def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
         with open(os.path.join(out, "config.json"), "w") as f:
             f.write('{"data": "MNIST"}')
         ran.append(os.path.basename(out))
+        if commands is not None:
+            commands.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
-    monkeypatch.setattr(rp.subprocess, "run", train)
+    return train
+
+
+def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
+    """Finished runs (with the same settings) are read back, not run again; a run without its
+    finished mark, or with other settings, runs again; --rerun runs everything."""
+    rp = _reproduce_module()
+    ran = []
+    monkeypatch.setattr(rp.subprocess, "run", fake_train(ran))
     out = str(tmp_path / "sweep")
 
     def sweep(iterations=None):
@@ -268,6 +275,49 @@ def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(rp, "RERUN", True)
     sweep(iterations=70)
     assert len(ran) == 8
+
+
+def test_fig8_quick_without_imagenet_runs_on_synthetic_data_with_seeds(tmp_path, monkeypatch):
+    """The synthetic fallback needs the quick overrides (no epochs) before the data check."""
+    rp = _reproduce_module()
+    commands = []
+    monkeypatch.setattr(rp.subprocess, "run", fake_train([], commands))
+    results, _, note = rp.run_curves(dict(rp.EXPERIMENTS["fig8"]), True, str(tmp_path / "fig8"), None,
+                                     str(tmp_path), rp.CURVE_RUNS, (0, 1))
+    assert len(commands) == 8 and all("dataset=synthetic" in c and "epochs=null" in c for c in commands)
+    assert "synthetic" in note and sorted(len(r) for r in results.values()) == [2, 2, 2, 2]
+
+
+def test_a_seed_that_diverges_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    rp = _reproduce_module()
+    ran = []
+    train = fake_train(ran)
+
+    def diverging(cmd, **kwargs):
+        if "algorithm=cdsgd" in cmd and "seed=1" in cmd:
+            ran.append("diverged")
+            return subprocess.CompletedProcess(cmd, 1, "worker 1 | FloatingPointError: non-finite gradient in "
+                                                       "parameter conv0_weight at step 5864 (6 values)\n", "")
+        return train(cmd, **kwargs)
+    monkeypatch.setattr(rp.subprocess, "run", diverging)
+    monkeypatch.setattr(rp, "FAILED", {})
+    out = str(tmp_path / "sweep")
+    exp = dict(rp.EXPERIMENTS["fig6"])
+    results, _, _ = rp.run_curves(exp, True, out, None, None, rp.CURVE_RUNS, (0, 1, 2))
+    assert len(ran) == 12 and [r.seed for r in results[("cdsgd", 2)]] == [0, 2]
+    why = "FloatingPointError: non-finite gradient in parameter conv0_weight at step 5864 (6 values)"
+    assert rp.FAILED == {("cdsgd", 2, 1): why}
+    lines = rp.per_seed_lines(results, rp.ALGORITHMS)
+    assert "| CD-SGD | 2 | 50.00 | failed | 52.00 |" in lines and "- CD-SGD, 2 workers, seed 1: " + why in lines
+    (keep,) = [r for r in rp.judge_claims(exp, results) if r["claim"].startswith("CD-SGD keeps S-SGD's")]
+    assert keep["differences"][0]["n"] == 2  # the seeds where both finished
+    assert rp.seeds_record("fig6", True, "MNIST", results, [])["failed"] == [
+        {"run": "cdsgd", "workers": 2, "seed": 1, "why": why}]
+    # resumed: the failure is read back, not run again
+    del ran[:]
+    monkeypatch.setattr(rp, "FAILED", {})
+    rp.run_curves(exp, True, out, None, None, rp.CURVE_RUNS, (0, 1, 2))
+    assert ran == [] and rp.FAILED == {("cdsgd", 2, 1): why}
 
 
 @pytest.mark.parametrize("args,message", [
