@@ -205,12 +205,14 @@ def test_a_job_over_a_real_sshd_on_loopback(real_sshd):
 
 def test_nodes_over_a_real_sshd_stop_when_the_launcher_is_killed_during_start_up(real_sshd):
     """The case seen once: SIGKILL to the launcher while the workers are still starting (before
-    their kvstore exists) must leave no worker behind on the host."""
+    their kvstore exists) must leave no server or worker behind on the host. sshd gives remote
+    commands a fresh environment: the job's marker reaches them through --env."""
     env, hostfile, port, marker = real_sshd
     code = "import time\nprint('STARTING', flush=True)\ntime.sleep(120)\n"
     proc = subprocess.Popen([sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "-H", str(hostfile),
                              "--ssh-port", str(port), "--host", "127.0.0.1", "--env", "DMLC_INTERFACE=lo",
-                             "--timeout", "90", "--", sys.executable, "-c", code],
+                             "--env", "CDSGD_SSH_TEST=%s" % marker, "--timeout", "90", "--",
+                             sys.executable, "-c", code],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     started = 0
@@ -218,17 +220,27 @@ def test_nodes_over_a_real_sshd_stop_when_the_launcher_is_killed_during_start_up
         line = proc.stdout.readline()
         assert line, "the job ended before its workers started"
         started += "STARTING" in line
+    remote = [p for p in job_pids(marker) if "DMLC_ROLE=scheduler" not in _environ(p)]
+    assert any("STARTING" in _cmdline(p) for p in remote) and any("cdsgd_mx.server" in _cmdline(p) for p in remote)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.time() + 20
-    while time.time() < deadline and any("STARTING" in _cmdline(p) for p in job_pids(marker)):
+    while time.time() < deadline and [p for p in job_pids(marker) if "DMLC_ROLE=scheduler" not in _environ(p)]:
         time.sleep(0.5)
-    assert not [p for p in job_pids(marker) if "STARTING" in _cmdline(p)]
+    left = [_cmdline(p)[:120] for p in job_pids(marker) if "DMLC_ROLE=scheduler" not in _environ(p)]
     for pid in job_pids(marker):  # the scheduler ran here, outside ssh: the killed launcher's orphan
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    assert left == []
+
+
+def _environ(pid):
+    try:
+        return open("/proc/%d/environ" % pid, "rb").read().decode("latin1").replace("\0", " ")
+    except OSError:
+        return ""
 
 
 def _cmdline(pid):
