@@ -36,10 +36,9 @@ def _serve_if_a_node():
     """`import cdsgd_mx` as a script's first import, under a launcher that runs the same
     command for every role (MXNet's tools/launch.py, srun): on a server or the scheduler it runs
     ours and exits, as `import mxnet` runs MXNet's own there. Not in our own entry points,
-    which start the node themselves (cdsgd_mx.server, also with --stock) or never run one
-    (while `python -m cdsgd_mx.X` imports this package, sys.argv[0] is still "-m")."""
-    if _os.environ.get("DMLC_ROLE") in ("server", "scheduler") and _sys.argv[:1] != ["-m"] \
-            and _entry_point() not in _WITHOUT_MXNET + ("cdsgd_mx.server",):
+    which start the node themselves (cdsgd_mx.server, also with --stock) or never run one:
+    while `python -m cdsgd_mx.X` imports this package, sys.argv[0] is still "-m"."""
+    if _os.environ.get("DMLC_ROLE") in ("server", "scheduler") and _sys.argv[:1] != ["-m"]:
         from .server import run_node
         run_node()
         _sys.exit(0)

@@ -104,14 +104,20 @@ def timeouts(environ=None):
     return values[0], max(values[1], values[0]) if values[0] else values[1]
 
 
+def _oldest_wait():
+    """(what, since) of this node's longest current wait, or None."""
+    with _node.lock:
+        waits = list(_node.waits.values())
+    return min(waits, key=lambda w: w[1]) if waits else None
+
+
 def stalled_wait(now=None, limits=None):
     """The wait that has outlived its timeout, as (what, seconds waited, the variable, its
     limit), or None. limits: (stall, start) timeouts, by default the self-watch's."""
-    with _node.lock:
-        waits = list(_node.waits.values())
-    if not waits:
+    oldest = _oldest_wait()
+    if oldest is None:
         return None
-    what, since = min(waits, key=lambda w: w[1])
+    what, since = oldest
     stall, start_limit = _node.limits if limits is None else limits
     name, limit = (START_TIMEOUT, start_limit) if _node.phase == "start" else (STALL_TIMEOUT, stall)
     waited = (time.monotonic() if now is None else now) - since
@@ -178,16 +184,15 @@ def waiting(what):
 
 def report():
     """This node's state as sent: the longest current wait, with its age in seconds."""
-    with _node.lock:
-        waits = list(_node.waits.values())
+    oldest = _oldest_wait()
     with _node.lock:
         _node.seq += 1
         seq = _node.seq
     msg = {"node": node_label(), "host": socket.gethostname(), "pid": os.getpid(), "seq": seq,
            "phase": _node.phase, "step": _node.step, "rank": _node.rank, "resumed": _node.resumed,
            "wait": None, "waited": 0.0}
-    if waits:
-        what, since = min(waits, key=lambda w: w[1])
+    if oldest is not None:
+        what, since = oldest
         msg["wait"], msg["waited"] = what, round(time.monotonic() - since, 3)
     return msg
 

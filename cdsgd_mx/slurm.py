@@ -96,8 +96,7 @@ def main(argv=None):
             os.execvpe(command[0], command, env)
         except OSError as e:
             fail("cannot run %r: %s" % (command[0], e))
-    os.environ.clear()
-    os.environ.update(env)
+    os.environ.update(env)  # env is os.environ plus the job's DMLC_* variables
     from .server import run_node
     run_node()
 

@@ -246,26 +246,26 @@ def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
     bucketing.BucketSet(plan, {k: (n,) for k, n in enumerate(sizes)},  # gives each bucket its comm_buf views
                         {k: [mx.nd.zeros((n,))] for k, n in enumerate(sizes)}, False, region=region)
     # the worker side of the proofs as a DistBackend runs it, without a kvstore
-    backend = WorkerProofs([auth.session_key(auth.new_secret().encode(), auth.new_nonce()) for _ in range(servers)],
+    worker = WorkerProofs([auth.session_key(auth.new_secret().encode(), auth.new_nonce()) for _ in range(servers)],
                            0, workers)
     for b in plan:
-        backend.seal(b)  # the first round's proofs (later ones: after each round)
+        worker.seal(b)  # the first round's proofs (later ones: after each round)
     mx.nd.waitall()
     path_s = next_s = 0.0
     for _ in range(repeats):
         t0 = time.perf_counter()
         for b in plan:
-            backend.seal(b)
+            worker.seal(b)
         t1 = time.perf_counter()
         for b in plan:  # what the pull brings back after the weights: the server's new count
-            b.comm_status._sync_copyfrom(np.array([backend.rounds.get(b.weight_key, 0) + 1], np.float32))
+            b.comm_status._sync_copyfrom(np.array([worker.rounds.get(b.weight_key, 0) + 1], np.float32))
         mx.nd.waitall()
         t2 = time.perf_counter()
-        if not all([backend.bucket_applied(b) for b in plan]):
+        if not all([worker.bucket_applied(b) for b in plan]):
             raise AssertionError("a round the benchmark counted was not seen as applied")
         t3 = time.perf_counter()
         for b in plan:
-            backend.seal_next(b)
+            worker.seal_next(b)
         t4 = time.perf_counter()
         path_s, next_s = path_s + (t1 - t0) + (t3 - t2), next_s + t4 - t3
     busiest = max(sum(1 for b in plan if b.server == s) for s in range(servers))
