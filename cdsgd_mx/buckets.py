@@ -21,7 +21,9 @@ Trainer; a parameter initialized later gets a set of its own):
 - loc_buf:  x(t+1) = W(t) - local step with g(t) for the delayed algorithms, then copied into
   the parameters' own data arrays (the weights forward reads), on every device;
 - the residual (the quantizer's error-feedback memory) and, per bucket, sml_buf (the 2-bit
-  codes in MXNet's packed layout) belong to the set's compressor (compression.py).
+  codes in MXNet's packed layout) belong to the set's compressor (compression.py);
+- with 2-bit pulls (pull_compression.py), down_buf: each bucket's down payload as pulled
+  (codes of W - V, scale, norms, proof region), and the set's `copy` (V, a WorkerCopy).
 The NDArray buffers live on one host context (`ctx`): the first device's when it is a CPU.
 The step a set is at belongs to the step engine (step.py), a round's proof to proofs.py.
 
@@ -86,6 +88,9 @@ class Bucket:
     loc: Any = field(default=None, repr=False)          # its part of loc_buf (delayed algorithms)
     dev_comm: Any = field(default=None, repr=False)     # device-resident buckets: g(t) on the device
     dev_weights: Any = field(default=None, repr=False)  # ... and W there
+    down_key: Optional[int] = None                      # 2-bit pulls: the key of the codes of W - V
+    down_wire: Any = field(default=None, repr=False)    # ... where they are pulled (codes, scale, norms, count)
+    down_status: Any = field(default=None, repr=False)  # ... the server's count of the bucket's rounds
 
     @property
     def words(self):
@@ -139,7 +144,7 @@ class BucketSet:
     """Flat buffers of buckets planned together and their views (the step they are at is the
     StepEngine's: step.py)."""
 
-    def __init__(self, buckets, shapes, outs, delayed, region=0, ctx=None, device=None):
+    def __init__(self, buckets, shapes, outs, delayed, region=0, ctx=None, device=None, pull=False):
         self.buckets = buckets
         self.region = region              # proof values after each bucket in comm_buf (0: none)
         self.shapes = shapes              # key -> the parameter's shape
@@ -156,6 +161,18 @@ class BucketSet:
         self.dev_comm = mx.nd.zeros((self.size,), ctx=on) if device else None
         self.dev_weights = mx.nd.zeros((self.size,), ctx=on) if device else None
         self.compressor = None            # compression.Compressor, when the algorithm compresses (kvstore sets it)
+        self.copy = None                  # pull_compression.WorkerCopy: V, with 2-bit pulls
+        self.down_buf = None
+        if pull:
+            from .pull_compression import DOWN_EXTRA, WorkerCopy
+            self.copy = WorkerCopy(buckets, self.size)
+            widths = [b.words + DOWN_EXTRA + region for b in buckets]
+            self.down_buf = mx.nd.zeros((sum(widths),), ctx=self.ctx)
+            at = 0
+            for b, width in zip(buckets, widths):
+                b.down_wire = self.down_buf[at:at + width]
+                b.down_status = self.down_buf[at + width - region:at + width - region + 1] if region else None
+                at += width
         self.runs = []                    # the local optimizer's runs (set_multipliers)
         self._stages = {}                 # extra device -> its staging views (gather)
         for i, b in enumerate(buckets):
@@ -310,6 +327,10 @@ class BucketSet:
         """An fp32 round pushes comm_buf: with device-resident buckets g(t) comes from the device."""
         if self.device:
             b.dev_comm.copyto(b.comm)
+
+    def copy_values(self):
+        """V (numpy copy), or None without 2-bit pulls: checkpoints."""
+        return self.copy.values() if self.copy else None
 
     def residual_values(self):
         """The residual (numpy copy), or None when not compressing: checkpoints."""

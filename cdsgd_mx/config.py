@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from .buckets import DEFAULT_BUCKET_SIZE
-from .schedule import ALGORITHMS, DELAYED
+from .schedule import ALGORITHMS, COMPRESSING, DELAYED
 
 
 
@@ -19,6 +19,8 @@ class ConfigError(ValueError):
 KVSTORE_TYPES = ("dist_sync", "local")
 LAUNCH_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 NONFINITE_POLICIES = ("error", "skip")
+PULL_COMPRESSIONS = ("none", "2bit")
+DEFAULT_RESYNC_EVERY = 10  # BIT-SGD with 2-bit pulls: an exact fp32 pull every 10th step (docs/performance.md)
 AGGREGATE_CHECKPOINT = ("save_states/load_states with update_on_kvstore=False (the workers update) are not supported "
                         "yet: checkpoint a job whose servers update (update_on_kvstore=None)")
 AGGREGATE_DELAYED = ("the workers cannot update (update_on_kvstore=False, allreduce_grads()/update()) with "
@@ -35,7 +37,8 @@ def existing_dist_sync(kvstore):
 
 
 def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error",
-                 bucket_size=DEFAULT_BUCKET_SIZE, aggregate=False):
+                 bucket_size=DEFAULT_BUCKET_SIZE, aggregate=False, pull_compression="none",
+                 resync_every=DEFAULT_RESYNC_EVERY):
     if algorithm not in ALGORITHMS:
         raise ConfigError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -58,6 +61,24 @@ def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="erro
         raise ConfigError("MXNET_KVSTORE_BIGARRAY_BOUND must be an integer > 0 (elements), got %r" % (bound,))
     if aggregate and algorithm in DELAYED:
         raise ConfigError(AGGREGATE_DELAYED % algorithm)
+    check_pull(algorithm, pull_compression, resync_every, aggregate)
+
+
+def check_pull(algorithm, pull_compression, resync_every=DEFAULT_RESYNC_EVERY, aggregate=False):
+    """2-bit both ways (pull_compression.py): only where the pushes are compressed too."""
+    if pull_compression not in PULL_COMPRESSIONS:
+        raise ConfigError("pull_compression must be one of %s, got %r" % (", ".join(PULL_COMPRESSIONS),
+                                                                          pull_compression))
+    if isinstance(resync_every, bool) or not isinstance(resync_every, (int, np.integer)) or resync_every < 1:
+        raise ConfigError("resync_every must be an integer >= 1 (steps), got %r" % (resync_every,))
+    if pull_compression == "none":
+        return
+    if algorithm not in COMPRESSING:
+        raise ConfigError("pull_compression=%r needs a compressing algorithm: algorithm must be one of %s, got %r"
+                          % (pull_compression, ", ".join(COMPRESSING), algorithm))
+    if aggregate:
+        raise ConfigError("pull_compression=%r needs the servers to update (update_on_kvstore=None): with "
+                          "update_on_kvstore=False the workers pull the summed gradient" % pull_compression)
 
 
 def check_learning_rate(name, lr):

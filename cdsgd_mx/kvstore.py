@@ -34,9 +34,10 @@ from . import buckets as bucketing
 from . import auth, backends, guards, heartbeat, job_checkpoint, optimizer_spec, proofs, protocol
 from .backends import DistBackend
 from .compression import Compressor
-from .config import LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
+from .config import DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
 from .gluon_rules import GluonRules
 from .local_update import LocalUpdate
+from .pull_compression import DOWN_EXTRA
 from .rounds import RoundRunner
 from .schedule import COMPRESSING, DELAYED, Schedule
 from .step import StepEngine
@@ -68,12 +69,21 @@ class CDSGD(KVStoreBase):
     aggregate: the servers only sum the gradients and pushpull's out gets the sum (gluon's
         update_on_kvstore=False: the workers update, e.g. after clipping the sum); 'ssgd'
         (fp32) or 'bitsgd' (2-bit codes with error feedback, decoded and summed on the servers)
+    pull_compression: 'none' (default: every round pulls fp32 W) or '2bit' (2-bit both ways,
+        'bitsgd' and 'cdsgd'): a compressed round pulls the 2-bit codes of W(t+1) - V, the
+        weights every worker holds, with the error kept on the servers (pull_compression.py);
+        cdsgd's k-step correction pulls fp32 W (an exact re-sync), bitsgd re-syncs every
+        resync_every steps (default 10)
     """
 
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
                  local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error",
-                 bucket_size=bucketing.DEFAULT_BUCKET_SIZE, aggregate=False):
-        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate)
+                 bucket_size=bucketing.DEFAULT_BUCKET_SIZE, aggregate=False, pull_compression="none",
+                 resync_every=DEFAULT_RESYNC_EVERY):
+        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
+                     pull_compression, resync_every)
+        self.pull_compression = pull_compression
+        self.resync_every = int(resync_every)
         self.aggregate = bool(aggregate)
         self.nonfinite = nonfinite
         self.algorithm = algorithm
@@ -81,7 +91,7 @@ class CDSGD(KVStoreBase):
         self.warmup_steps = int(warmup_steps)
         self.threshold = float(threshold)
         self.bucket_size = int(bucket_size)
-        self._schedule = Schedule(algorithm, self.warmup_steps, self.k)
+        self._schedule = Schedule(algorithm, self.warmup_steps, self.k, pull_compression, self.resync_every)
         existing = existing_dist_sync(kvstore)
         if kvstore == "dist_sync" and not existing:
             missing = [v for v in LAUNCH_VARIABLES if not os.environ.get(v)]
@@ -221,9 +231,12 @@ class CDSGD(KVStoreBase):
         # takes that path on a CPU context too)
         first = outs[0][0].context
         device = first if first.device_type != "cpu" or os.environ.get("CDSGD_DEVICE_PATH") == "1" else None
+        pull = self.pull_compression == "2bit"
+        for b in plan if pull else ():  # the codes of W - V come from a key of their own, on the bucket's server
+            b.down_key = self._keys.on(b.server)
         bset = bucketing.BucketSet(plan, shapes, dict(zip(keys, outs)), self.algorithm in DELAYED,
                                    region=self._backend.region, ctx=first if first.device_type == "cpu" else mx.cpu(),
-                                   device=device)
+                                   device=device, pull=pull)
         if self.algorithm in COMPRESSING:  # the quantizer with its residual, where the gradients live
             bset.compressor = Compressor(plan, bset.size, self.threshold, device=device)
         # MKL-DNN may keep a parameter in a blocked layout that cannot be sliced: go through
@@ -237,10 +250,14 @@ class CDSGD(KVStoreBase):
         self._backend.init([b.weight_key for b in plan],
                            [mx.nd.array(flat[b.offset:b.offset + b.size]) for b in plan])
         if self.algorithm in COMPRESSING:
-            self._backend.init_payloads(plan)
+            self._backend.init_payloads(plan, pull)
+        if pull:
+            self._backend.init([b.down_key for b in plan], [mx.nd.zeros((b.words + DOWN_EXTRA,)) for b in plan])
         for b in plan:
             self._backend.pull(b.weight_key, b.comm_wire)
         bset.scatter("comm")  # W(0) stays in comm_buf: a delayed first step starts from it
+        for i, b in enumerate(plan if pull else ()):
+            bset.copy.start(i, b.comm.asnumpy())  # V = W(0), as on the servers
         for devices in outs:
             for o in devices:
                 o.wait_to_read()
@@ -335,7 +352,8 @@ class CDSGD(KVStoreBase):
         """What every worker of the job must agree on (guards.check_agreement)."""
         return {"algorithm": self.algorithm, "k": self.k, "warmup_steps": self.warmup_steps,
                 "threshold": self.threshold, "nonfinite": self.nonfinite, "bucket_size": self.bucket_size,
-                "aggregate": self.aggregate}
+                "aggregate": self.aggregate, "pull_compression": self.pull_compression,
+                "resync_every": self.resync_every}
 
     def _ensure_registered(self):
         """Before the first step of new bucket sets: the start-up agreement check (once), then
@@ -388,6 +406,16 @@ class CDSGD(KVStoreBase):
     @property
     def local_learning_rate(self):
         return self.local.learning_rate
+
+    @property
+    def pull_error(self):
+        """With 2-bit pulls: ||W - V|| / ||W|| over every bucket after its last compressed pull
+        (the error the servers keep, relative to the weights); None without."""
+        if self.pull_compression == "none" or not self._sets:
+            return None
+        e2 = sum(float(bset.copy.norms[:, 0].sum()) for bset in self._sets)
+        w2 = sum(float(bset.copy.norms[:, 1].sum()) for bset in self._sets)
+        return float(np.sqrt(e2 / w2)) if w2 > 0 else 0.0
 
     def global_weights(self, key):
         """W: the current global weights of parameter `key`, pulled from the servers."""

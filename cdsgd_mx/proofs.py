@@ -82,10 +82,11 @@ class WorkerProofs:
         raise RuntimeError("the server of key %d answered round %d with a count of %g applied rounds: the rounds "
                            "of this worker and the server's are out of step" % (group, count, status))
 
-    def bucket_applied(self, bucket):
-        """applied() with the count the pull brought back after the bucket's weights (waits for
-        the pull)."""
-        return self.applied(bucket.weight_key, float(bucket.comm_status.asnumpy()[0]))
+    def bucket_applied(self, bucket, down=False):
+        """applied() with the count the pull brought back after the bucket's weights, or with
+        down after the codes of its 2-bit pull (waits for the pull)."""
+        status = bucket.down_status if down else bucket.comm_status
+        return self.applied(bucket.weight_key, float(status.asnumpy()[0]))
 
 
 class ServerProofs:
@@ -117,12 +118,13 @@ class ServerProofs:
         finally:
             self._clocked(start)
 
-    def proven_rows(self, pk, wk, n, wire, row_ids):
+    def proven_rows(self, pk, wk, n, wire, row_ids, extra=0):
         """Whether every worker pushed exactly its own row of payload key pk, each ending with
-        its valid tag for this round of the bucket (weight key wk)."""
+        its valid tag for this round of the bucket (weight key wk). extra: values between the
+        codes and the tag (the pull flag with 2-bit pulls)."""
         start = self._clock()
         try:
-            words = codec.packed_size(n)
+            words = codec.packed_size(n) + extra
             ranks = [int(r) for r in (row_ids if isinstance(row_ids, np.ndarray) else row_ids.asnumpy())]
             width = words + auth.TAG_FLOATS
             if wire.shape[1] != width or sorted(ranks) != list(range(self.num_workers)):
@@ -148,10 +150,11 @@ class ServerProofs:
         return self.drop("round %d of %s without the job's proof from worker rank %s (a push from outside the "
                          "job?); not applied" % (count, what, ", ".join(map(str, bad))))
 
-    def count_round(self, group, stored, n):
+    def count_round(self, group, stored, n, down=None):
         """One more round of `group` applied: its count goes after the data, where pulls read it.
         Written in place once the update is done (the caller waited for the stored array), before
-        the handler returns and the server answers."""
+        the handler returns and the server answers. down: (the down key's stored array, its data
+        values) with 2-bit pulls: the count goes there too (a compressed pull reads it there)."""
         start = self._clock()
         self.rounds[group] = self.rounds.get(group, 0) + 1
         self.counted += 1
@@ -159,6 +162,11 @@ class ServerProofs:
         if where is None:  # MXNet keeps a key's stored array for the job's life: one capsule serves
             where = self._status[group] = codec.writable(stored)
         codec.set_value(where, n, self.rounds[group])
+        if down is not None:
+            there = self._status.get(("down", group))
+            if there is None:
+                there = self._status[("down", group)] = codec.writable(down[0])
+            codec.set_value(there, down[1], self.rounds[group])
         self._clocked(start)
 
     @staticmethod

@@ -1,6 +1,8 @@
 """One round of a bucket set on the communication thread: push g(t) bucket by bucket (the
-2-bit codes of g(t) + residual, or fp32) with this worker's proof, issue the pulls of W(t+1),
-then check that each bucket's round was applied (sending it again if a server dropped it).
+2-bit codes of g(t) + residual, or fp32) with this worker's proof, issue the pulls of W(t+1)
+(fp32, or with 2-bit pulls the codes of W(t+1) - V: pull_compression.py), then check that each
+bucket's round was applied (sending it again if a server dropped it) and decode what a 2-bit
+pull brought into V and comm_buf.
 
 API: RoundRunner(backend, schedule, threshold, tracer, names).push(bset, t, keep_residual)
 -> check; .check(bset, t) -> follow-up; .bytes_of_step(sets, t); bytes_pushed, bytes_by_step,
@@ -8,6 +10,7 @@ resent.
 """
 from . import auth, codec, heartbeat
 from .backends import MAX_RESENDS, dropped
+from .pull_compression import PULL_2BIT, PULL_FP32
 
 
 class RoundRunner:
@@ -27,6 +30,7 @@ class RoundRunner:
         Returns the check of the servers' counts that come back with the pulls (run at the
         flush). keep_residual: puts back the residual of parameters skipped at this step."""
         compressed = self.schedule.compressed(t)
+        pull_down = self.schedule.pull_compressed(t)
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed = 0
         for i, b in enumerate(bset.buckets):
@@ -37,10 +41,12 @@ class RoundRunner:
                         raise FloatingPointError("non-finite gradient in bucket %d (parameters %s) at step %d (%d values)"
                                                  % (i, self.names(sorted({s.key for s in b.slots})), t, bad))
                     codec.wire_encode(codes, self.backend.wire_row(b.payload_key))
+                    if bset.copy is not None:  # what this round pulls: the codes of W - V, or W
+                        self.backend.set_pull(b.payload_key, PULL_2BIT if pull_down else PULL_FP32)
                 with self.tracer.span("push codes", bucket=i, step=t):
                     self.backend.seal(b)
                     self.backend.push_payload(b.payload_key)
-                pushed += self.payload_bytes(b)
+                pushed += self.payload_bytes(b, bset)
             else:
                 with self.tracer.span("push fp32", bucket=i, step=t):
                     bset.fp32_to_comm(b)
@@ -53,7 +59,7 @@ class RoundRunner:
             keep_residual()
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
-        self._pull(bset, t, after_acks=compressed)
+        self._pull(bset, t, after_acks=compressed, down=pull_down)
         return lambda: self.check(bset, t)
 
     def check(self, bset, t):
@@ -62,17 +68,24 @@ class RoundRunner:
         after the weights went one up), else it is sent again (proofs.WorkerProofs.applied)
         until it is. Returns the follow-up: the proofs of the next rounds."""
         compressed = self.schedule.compressed(t)
+        pull_down = self.schedule.pull_compressed(t)
         for i, b in enumerate(bset.buckets):
             for attempt in range(MAX_RESENDS + 1):
                 with heartbeat.waiting("step %d's pull of bucket %d (key %d, server %d)" % (t, i, b.weight_key,
                                                                                           b.server)):
-                    if self.backend.bucket_applied(b):
+                    if self.backend.bucket_applied(b, down=pull_down):
                         break
                 dropped(self.backend.rank, "round %d of bucket %d (key %d, step %d)" % (
                     self.backend.rounds.get(b.weight_key, 0), i, b.weight_key, t), attempt)
                 self.resent += 1
                 with self.tracer.span("resend", bucket=i, step=t):
-                    self.backend.resend(b, compressed, self._kept_gradient(bset, b, t))
+                    self.backend.resend(b, compressed, self._kept_gradient(bset, b, t), pull_down)
+            if bset.copy is not None:
+                with self.tracer.span("decode pull" if pull_down else "re-sync", bucket=i, step=t):
+                    if pull_down:  # V += decode(codes of W(t+1) - V); comm_buf = V
+                        bset.copy.decode(i, b, b.down_wire.asnumpy())
+                    else:  # an fp32 pull: V := W
+                        bset.copy.start(i, b.comm.asnumpy())
         return lambda: [self.backend.seal_next(b) for b in bset.buckets]
 
     def _kept_gradient(self, bset, b, t):
@@ -86,29 +99,32 @@ class RoundRunner:
             return b.dev_comm
         return b.loc if self.schedule.delayed(t) else b.grad
 
-    def payload_bytes(self, b):
-        return 4 * (b.words + (auth.TAG_FLOATS if self.backend.region else 0)) + 8  # + the row index
+    def payload_bytes(self, b, bset=None):
+        pull_flag = 1 if bset is not None and bset.copy is not None else 0
+        return 4 * (b.words + pull_flag + (auth.TAG_FLOATS if self.backend.region else 0)) + 8  # + the row index
 
-    def _pull(self, bset, t, after_acks):
-        """Issue the pulls of W(t+1) into comm_buf, without waiting. MXNet orders a pull after
-        this worker's push of the same key (fp32); a pull of the weight key is not ordered after
-        a push to the payload key (codes): request the acknowledgements, and have MXNet's engine
-        issue each pull once its acknowledgement is in."""
+    def _pull(self, bset, t, after_acks, down=False):
+        """Issue the pulls of W(t+1) into comm_buf (or with down, of the codes of W(t+1) - V into
+        down_buf), without waiting. MXNet orders a pull after this worker's push of the same key
+        (fp32); a pull of the weight key is not ordered after a push to the payload key (codes):
+        request the acknowledgements, and have MXNet's engine issue each pull once its
+        acknowledgement is in."""
         start = self.tracer.now_us()
         if after_acks:
             self.backend.request_acks([b.payload_key for b in bset.buckets])
             for b in bset.buckets:  # traced: when the servers had applied each payload
                 self.backend.trace_ack(self.tracer, b.payload_key, start, step=t)
-            self.backend.pull_after_acks([(b.payload_key, b.weight_key, b.comm_wire) for b in bset.buckets])
+            self.backend.pull_after_acks([(b.payload_key, b.down_key, b.down_wire) if down else
+                                          (b.payload_key, b.weight_key, b.comm_wire) for b in bset.buckets])
         else:
             for b in bset.buckets:
                 self.backend.pull(b.weight_key, b.comm_wire)
         # the span ends when the transfer does; recorded without holding up this thread
-        self.tracer.watch("pull", bset.comm_buf, start, step=t)
+        self.tracer.watch("pull", bset.down_buf if down else bset.comm_buf, start, step=t)
 
     def bytes_of_step(self, sets, t):
         """Bytes this worker pushes at step t by the schedule and the buckets (what push counts
         into bytes_by_step once the step's rounds have run)."""
         compressed = self.schedule.compressed(t)
-        return sum(self.payload_bytes(b) if compressed else 4 * (b.size + bset.region)
+        return sum(self.payload_bytes(b, bset) if compressed else 4 * (b.size + bset.region)
                    for bset in sets for b in bset.buckets)

@@ -9,6 +9,10 @@ forward/backward, g(t) = a worker's gradient at step t.
 - push: fp32 during warm-up and always for ssgd/odsgd; bitsgd pushes 2-bit codes every step
   after warm-up; cdsgd, with c = t - n, pushes fp32 when c % k == 0 (k-step correction) and
   2-bit codes otherwise.
+- pull (pull_compression='2bit', pull_compression.py): a compressed step pulls the 2-bit codes
+  of W(t+1) - V, except at a re-sync, which pulls fp32 W: cdsgd's correction steps (the
+  k-step correction goes both ways), bitsgd's steps with (t - n) % resync_every == 0. Every
+  other step pulls fp32 W.
 """
 import bisect
 
@@ -18,10 +22,12 @@ DELAYED = ("odsgd", "cdsgd")
 
 
 class Schedule:
-    def __init__(self, algorithm, warmup_steps, k):
+    def __init__(self, algorithm, warmup_steps, k, pull_compression="none", resync_every=10):
         self.algorithm = algorithm
         self.warmup_steps = warmup_steps
         self.k = k
+        self.pull_compression = pull_compression
+        self.resync_every = resync_every
 
     def in_warmup(self, t):
         return t < self.warmup_steps
@@ -33,6 +39,12 @@ class Schedule:
         if self.algorithm == "bitsgd":
             return True
         return (t - self.warmup_steps) % self.k != 0
+
+    def pull_compressed(self, t):
+        """Does step t pull the 2-bit codes of W(t+1) - V (else fp32 W, and V := W)?"""
+        if self.pull_compression != "2bit" or not self.compressed(t):
+            return False
+        return self.algorithm == "cdsgd" or (t - self.warmup_steps) % self.resync_every != 0
 
     def delayed(self, t):
         """Does step t produce x(t+1) by the local update, leaving its round in flight?"""
@@ -55,15 +67,19 @@ class InterleavedSchedule:
     cdsgd for all four, bitsgd for S-SGD and BIT-SGD). A segment's first step switches (it
     waits for the last segment's round in flight, or starts the delay)."""
 
-    def __init__(self, k):
-        self.k = k
+    def __init__(self, k, resync_every=10):
+        self.k, self.resync_every = k, resync_every
         self.starts, self.schedules = [], []
 
-    def begin(self, t, algorithm):
+    def begin(self, t, algorithm, pull_compression="none"):
         """Steps from t on run as `algorithm` (t: the kvstore's next step)."""
         assert not self.starts or t >= self.starts[-1]
         self.starts.append(t)
-        self.schedules.append(Schedule(algorithm, 0, self.k))
+        self.schedules.append(Schedule(algorithm, 0, self.k, pull_compression, self.resync_every))
+
+    def pull_compressed(self, t):
+        schedule, offset = self._segment(t)
+        return schedule.pull_compressed(offset)
 
     def _segment(self, t):
         """(the segment's schedule, t counted from the segment's start)"""

@@ -60,6 +60,7 @@ import traceback
 import numpy as np
 
 from . import auth, codec, heartbeat, proofs, protocol
+from .pull_compression import DOWN_EXTRA, ServerCopies
 from .server_update import GlobalUpdate
 
 COMMAND_PREFIX = "cdsgd:"
@@ -97,6 +98,8 @@ class ServerState:
         self.proofs = proofs.ServerProofs(self.session, self.num_workers, self.drop)
         self.region = self.proofs.region
         self.update = GlobalUpdate()  # the global optimizer and its states (server_update.py)
+        self.copies = ServerCopies()  # 2-bit pulls: V per bucket and its down payload (pull_compression.py)
+        self.downs = {}           # down key -> (weight key, n): registered with 2-bit pulls
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
@@ -105,6 +108,8 @@ class ServerState:
         self.reports = set()      # tally keys that carry checkpoint_result after the workers' rows
         self.checkpoint_result = (0, 0)  # (checkpoint code, errno) of the last save or load
         self.checkpoint_error = None     # its one-line message (the workers of kvstore='local' show it)
+        # tests: each round's V (2-bit pulls) as "weight key, round, crc32" lines in this file
+        self.copy_log = os.environ.get("CDSGD_COPY_LOG")
 
     # -- the global update (server_update.py) ----------------------------------------------
     @property
@@ -128,6 +133,8 @@ class ServerState:
         elif msg["op"] == "register":
             for pk, (wk, n, threshold) in msg["payloads"].items():
                 self.payloads[int(pk)] = (int(wk), int(n), float(threshold))
+            for dk, (wk, n) in msg.get("downs", {}).items():
+                self.downs[int(dk)] = (int(wk), int(n))
             for wk, slots in msg.get("slots", {}).items():
                 self.update.register(int(wk), slots)
             self.to_register.update(int(k) for k in msg["weights"])
@@ -171,7 +178,8 @@ class ServerState:
             return
         n = weight.size - self.region
         if self.region:
-            announced = key in self.update.slots or key in self.tallies or key in self.to_assign or key in self.to_register
+            announced = key in self.update.slots or key in self.tallies or key in self.to_assign or \
+                key in self.to_register
             if not self.proofs.proven(key, grad, n, announced):
                 return  # dropped: weights and counts unchanged, so the workers send it again (backends.applied)
             grad, whole, weight = grad[0:n], weight, weight[0:n]
@@ -185,11 +193,17 @@ class ServerState:
         elif key in self.to_register:
             self.to_register.discard(key)
             self.weights[key] = whole if self.region else weight  # registration round: record only
+            if key in self.downs:  # a down key: V starts as its bucket's weights
+                wk, size = self.downs[key]
+                self.copies.register(key, wk, size, self.weights[key], self.weights[wk])
         else:
             self.update.apply_sum(key, weight, grad)
+            if key in self.copies:  # an fp32 round pulls W: V := W (an exact re-sync)
+                self.copies.resync(key, weight)
         (whole if self.region else weight).wait_to_read()  # pulls read the store without waiting for the engine
         if self.region:
-            self.proofs.count_round(key, whole, n)
+            self.proofs.count_round(key, whole, n, self._down_store(key))
+            self._log_copy(key)
 
     def handshake_answer(self, key, rows):
         """rows: [N, TAG_FLOATS], worker r's tag in row r (the others pushed zeros there).
@@ -256,7 +270,8 @@ class ServerState:
     def save(self, path, sid):
         import pickle
         from . import checkpoint
-        checkpoint.write_file(path, sid, pickle.dumps({"optimizer": self.update.optimizer, "states": self.update.states()}))
+        checkpoint.write_file(path, sid, pickle.dumps({"optimizer": self.update.optimizer, "states": self.update.states(),
+                                                       "copies": self.copies.values()}))
 
     def load(self, path, sid):
         """Everything is read and checked before anything changes: a damaged file leaves the
@@ -267,26 +282,51 @@ class ServerState:
         try:
             saved = pickle.loads(body)
             optimizer, states = saved["optimizer"], GlobalUpdate.read_states(saved["states"])
+            copies = {int(wk): np.asarray(v, np.float32) for wk, v in saved.get("copies", {}).items()}
         except Exception as e:
             raise checkpoint.Damaged("checkpoint file %s is missing, corrupted or truncated: %s"
                                      % (path, checkpoint.oneline(e))) from None
         self.update.restore(optimizer, states)
+        self.copies.restore(copies)
 
     def apply_payload(self, pk, rows, row_ids):
         """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""
         wk, n, threshold = self.payloads[pk]
         wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
-        if self.region and not self.proofs.proven_rows(pk, wk, n, wire, row_ids):  # before anything else: anyone can push
+        pull = wk in self.copies  # (2-bit pulls: the rows carry a pull flag after the codes)
+        if self.region and not self.proofs.proven_rows(pk, wk, n, wire, row_ids, int(pull)):  # first: anyone can push
             return
         if wk not in self.weights:
             raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
         weight = self.weights[wk]
-        width = codec.packed_size(n) + (auth.TAG_FLOATS if self.region else 0)  # the codes, then the tag
+        words = codec.packed_size(n)
+        width = words + pull + (auth.TAG_FLOATS if self.region else 0)  # the codes, (the pull flag,) then the tag
         if wire.shape[1] != width:
             raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], width))
+        if pull:
+            flags = set(wire[:, words].tolist())
+            if len(flags) != 1:
+                raise ValueError("payload key %d: the workers ask for different pulls in one round (flags %s)"
+                                 % (pk, sorted(flags)))
         self.update.apply_codes(pk, wk, weight, wire, n, threshold)
+        if pull:  # the codes of W(t+1) - V for the workers' pull, or V := W
+            self.copies.after_update(wk, weight, flags.pop())
         if self.region:
-            self.proofs.count_round(wk, weight, n)
+            self.proofs.count_round(wk, weight, n, self._down_store(wk))
+            self._log_copy(wk)
+
+    def _log_copy(self, wk):
+        if self.copy_log and wk in self.copies:
+            import zlib
+            with open("%s.server%d" % (self.copy_log, self.rank), "a") as f:
+                f.write("%d %d %d\n" % (wk, self.proofs.rounds[wk], zlib.crc32(self.copies.v[wk].tobytes())))
+
+    def _down_store(self, wk):
+        """(the down key's stored array, where its count goes) of weight key wk, or None."""
+        dk = self.copies.down_of.get(wk)
+        if dk is None:
+            return None
+        return self.weights[dk], codec.packed_size(self.downs[dk][1]) + DOWN_EXTRA
 
 
 def _controller(state, kv):

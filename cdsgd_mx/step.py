@@ -29,6 +29,7 @@ class StepEngine:
         self.comm = Communicator()
         self.driven_by_trainer = False  # the Trainer calls finish_step once per step
         self._sync_sets = []            # synchronous rounds of this step: parameters = comm_buf after the pull
+        self._decoding = False          # one of them pulls 2-bit codes: comm_buf is written at its check
         self._t = {}                    # bucket set -> its next step (the schedule's t)
         self._in_flight = {}            # bucket set -> the flush after which W(t) is (being) pulled into comm_buf
 
@@ -63,6 +64,7 @@ class StepEngine:
         keep = bset.keep_residual(held) if held and self.rounds.schedule.compressed(t) else None
         self.comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
         self._sync_sets.append(bset)
+        self._decoding = self._decoding or self.rounds.schedule.pull_compressed(t)
         if not self.driven_by_trainer:
             self.finish_step()  # the Trainer calls it once per step instead
 
@@ -89,7 +91,9 @@ class StepEngine:
         """End of a Trainer step: let the communication thread finish this step's rounds; wait
         only if some were synchronous (their rounds must be ready before the next forward)."""
         flush = self.comm.flush()
-        if self._sync_sets and self.aggregate:  # out is the gradient a resent round would read: wait first
+        # aggregate: out is the gradient a resent round would read; a 2-bit pull: W(t+1) reaches
+        # comm_buf only at the round's check (V, decoded there): wait first
+        if self._sync_sets and (self.aggregate or self._decoding):
             self.comm.wait(flush)
             for bset in self._sync_sets:
                 bset.scatter("comm")
@@ -103,6 +107,7 @@ class StepEngine:
                 for bset in self._sync_sets:
                     bset.scatter("comm")
         self._sync_sets = []
+        self._decoding = False
 
     def wait_all(self, sets):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""

@@ -17,7 +17,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from .buckets import DEFAULT_BUCKET_SIZE
-from .config import ConfigError, check_config, check_learning_rate
+from .config import DEFAULT_RESYNC_EVERY, ConfigError, check_config, check_learning_rate
 from .kvstore import CDSGD
 
 DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few hundred at most
@@ -32,7 +32,8 @@ STALE = ("Gradient of Parameter `%s` on context %s has not been updated by backw
 class Trainer(gluon.Trainer):
     """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
     local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None,
-    nonfinite='error', bucket_size=2^20 values (see CDSGD).
+    nonfinite='error', bucket_size=2^20 values, pull_compression='none' ('2bit': 2-bit both
+    ways, bitsgd and cdsgd), resync_every=10 (bitsgd with 2-bit pulls) (see CDSGD).
 
     The parameters are fused into buckets: their gradients are bound to slices of one flat
     buffer (autograd writes there), and every step hands all of them to the kvstore at once.
@@ -42,9 +43,11 @@ class Trainer(gluon.Trainer):
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="dist_sync", algorithm="cdsgd",
                  k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",
                  local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None,
-                 nonfinite="error", bucket_size=DEFAULT_BUCKET_SIZE):
+                 nonfinite="error", bucket_size=DEFAULT_BUCKET_SIZE, pull_compression="none",
+                 resync_every=DEFAULT_RESYNC_EVERY):
         aggregate = update_on_kvstore is False  # the servers sum, the workers update (gluon's meaning)
-        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate)
+        check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
+                     pull_compression, resync_every)
         for name, given in (("optimizer_params", optimizer_params), ("local_optimizer_params", local_optimizer_params)):
             if isinstance(given, dict) and "learning_rate" in given:
                 check_learning_rate(name + "['learning_rate']", given["learning_rate"])
@@ -59,7 +62,8 @@ class Trainer(gluon.Trainer):
         self._cdsgd = CDSGD(algorithm=algorithm, k=k, warmup_steps=warmup_steps, threshold=threshold,
                             kvstore=kvstore if kvstore is not None else "local", local_optimizer=local_optimizer,
                             local_optimizer_params=local_optimizer_params, trace=trace,
-                            nonfinite=nonfinite, bucket_size=bucket_size, aggregate=aggregate)
+                            nonfinite=nonfinite, bucket_size=bucket_size, aggregate=aggregate,
+                            pull_compression=pull_compression, resync_every=resync_every)
         self._cdsgd.driven_by_trainer = True
         self._cdsgd.param_names = [p.name for p in plist]
         super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=not aggregate)

@@ -4,6 +4,13 @@ Global update: W(t+1) = SGD-momentum(W(t), sum over workers of the pushed gradie
 Forward weights: x(t) = W(t) in warm-up and for ssgd/bitsgd; for odsgd/cdsgd, t >= n:
 x(t) = W(t-1) - lr_loc * rescale * g(t-1). Pushes: fp32 in warm-up and for ssgd/odsgd, codes
 for bitsgd after warm-up, for cdsgd codes unless (t - n) % k == 0.
+
+2-bit both ways (pull={"buckets": ..., "resync_every": R}): every worker holds V, not W. After the
+global update of a step that pushed codes and is not a re-sync (cdsgd: every compressed step;
+bitsgd: (t - n) % R != 0), per bucket (its parameters' pieces back to back, as the engine lays
+them out): e = W(t+1) - V, s = the RMS of e (float64, as float32; 1 where it is 0), codes of
+e by the threshold rule at s, V += their values. Every other step: V = W(t+1). The worker's
+weights then come from V where they came from W.
 """
 import numpy as np
 
@@ -21,7 +28,7 @@ def delayed(alg, t, n):
 
 
 def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, local_lr, batch, poisoned=(),
-             wd=0.0, mults=None, mults_from=0, stale=None, clip_norm=None):
+             wd=0.0, mults=None, mults_from=0, stale=None, clip_norm=None, pull=None):
     """init: list of arrays; grad_fn(x, rank, s, index) for data step s. Returns (x per rank, W)
     per parameter. poisoned: (rank, s) pairs where that worker's gradient is non-finite under
     nonfinite='skip': data step s is dropped on every worker, as if its batch never came (no
@@ -33,7 +40,9 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
     a parameter stale on every worker is not in the step at all (W, momentum, residuals
     unchanged; x(t+1) = W(t) on a delayed step, W on the others). clip_norm: the summed gradients
     of all parameters scaled by min(1, clip_norm / (their global 2-norm + 1e-8)) before the
-    update (gluon's clip_global_norm between allreduce_grads and update)."""
+    update (gluon's clip_global_norm between allreduce_grads and update). pull: 2-bit both
+    ways (see the module's docstring): {"buckets": [[(parameter index, begin, end), ...] per
+    bucket, in layout order], "resync_every": R}; then (x, W, V per parameter) is returned."""
     f32 = np.float32
     rescale = f32(1.0 / batch)
     local_rescale = f32(local_lr) * rescale
@@ -43,6 +52,7 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
     x = [[a.copy() for a in W] for _ in range(workers)]
     res = [[np.zeros(a.size, f32) for a in W] for _ in range(workers)]
     dropped = {s for _, s in poisoned}
+    held = [a.copy() for a in W]  # the weights every worker holds: V with 2-bit pulls, else W
     t = 0  # the schedule's step: counts the steps that were not dropped
     for s in range(steps):
         if s in dropped:
@@ -72,7 +82,7 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
         for i in range(P):
             if totals[i] is None:  # stale on every worker: not in the step
                 for r in range(workers):
-                    x[r][i] = W[i].copy()
+                    x[r][i] = held[i].copy()
                 continue
             total = totals[i]
             W_t = W[i]
@@ -84,9 +94,35 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
             W_next = W_t + mom[i]
             for r in range(workers):
                 if delayed(alg, t, n):
-                    x[r][i] = W_t - (local_rescale if lr_mult == 1.0 else f32(local_lr * lr_mult) * rescale) * grads[i][r]
-                else:
-                    x[r][i] = W_next.copy()
+                    x[r][i] = held[i] - (local_rescale if lr_mult == 1.0 else f32(local_lr * lr_mult) * rescale) * \
+                        grads[i][r]
             W[i] = W_next
+        held = pulled(W, held, pull, comp and pull is not None and (alg == "cdsgd" or (t - n) % pull["resync_every"]))
+        for i in range(P):
+            if not delayed(alg, t, n) and totals[i] is not None:
+                for r in range(workers):
+                    x[r][i] = held[i].copy()
         t += 1
-    return x, W
+    return (x, W) if pull is None else (x, W, held)
+
+
+def pulled(W, held, pull, compressed):
+    """What the workers hold after a round: W itself, or with a compressed pull V + the codes of
+    W - V, bucket by bucket."""
+    if not compressed:
+        return [a.copy() for a in W]
+    held = [a.copy() for a in held]
+    for pieces in pull["buckets"]:
+        w = np.concatenate([W[i].reshape(-1)[b:e] for i, b, e in pieces])
+        v = np.concatenate([held[i].reshape(-1)[b:e] for i, b, e in pieces])
+        e_ = w - v
+        e64 = e_.astype(np.float64)
+        scale = float(np.float32(np.sqrt(np.dot(e64, e64) / e64.size)))
+        scale = 1.0 if scale == 0 else scale
+        packed, _ = ref.quantize(e_, np.zeros_like(e_), scale)
+        v = v + ref.dequantize(packed, e_.size, scale)
+        at = 0
+        for i, b, e in pieces:
+            held[i].reshape(-1)[b:e] = v[at:at + e - b]
+            at += e - b
+    return held

@@ -7,9 +7,14 @@ import sys
 
 def registration(buckets, threshold, compressing, aggregate=False):
     """The servers' register command: each bucket's parameters (slots: state id, range in the
-    weight key, lr_mult, wd_mult), when compressing its payload key, and with aggregate the
-    weight keys that from now on hold the workers' summed gradient (the workers update)."""
-    return {"op": "register", "weights": [b.weight_key for b in buckets] if compressing else [],
+    weight key, lr_mult, wd_mult), when compressing its payload key, with 2-bit pulls its down
+    key (pull_compression.py), and with aggregate the weight keys that from now on hold the
+    workers' summed gradient (the workers update). Listed in "weights": the keys whose next
+    round only registers them (weight keys first: a down key's V starts as its weights)."""
+    downs = [b for b in buckets if b.down_key is not None]
+    return {"op": "register", "weights": ([b.weight_key for b in buckets] if compressing else []) +
+                                         [b.down_key for b in downs],
+            "downs": {str(b.down_key): [b.weight_key, b.size] for b in downs},
             "sum": [b.weight_key for b in buckets] if aggregate else [],
             "slots": {str(b.weight_key): [[s.state_id, s.offset - b.offset, s.offset - b.offset + s.size,
                                            s.lr_mult, s.wd_mult] for s in b.slots] for b in buckets},
@@ -49,7 +54,9 @@ class Backend(abc.ABC):
     def init(self, keys, values): """Keys stored on their servers, with rank 0's values."""
 
     @abc.abstractmethod
-    def init_payloads(self, buckets): """The buckets' payload keys (2-bit codes, one row per worker)."""
+    def init_payloads(self, buckets, pull=False):
+        """The buckets' payload keys (2-bit codes, one row per worker; with pull, a row also
+        carries the round's pull flag after the codes: pull_compression.PULL_FP32 / PULL_2BIT)."""
 
     @abc.abstractmethod
     def register(self, buckets, threshold, compressing, aggregate=False): """Tell the servers the buckets' layout."""
@@ -89,6 +96,9 @@ class Backend(abc.ABC):
     def wire_row(self, key): """This worker's row of a payload key, where the codes are encoded."""
 
     @abc.abstractmethod
+    def set_pull(self, key, flag): """The pull flag of this worker's next push to payload key `key`."""
+
+    @abc.abstractmethod
     def push_payload(self, key): """Push this worker's payload row."""
 
     @abc.abstractmethod
@@ -110,10 +120,13 @@ class Backend(abc.ABC):
     def pull(self, key, out): """Pull a key's stored value into out."""
 
     @abc.abstractmethod
-    def bucket_applied(self, bucket): """Whether the servers applied the bucket's round (else resend)."""
+    def bucket_applied(self, bucket, down=False):
+        """Whether the servers applied the bucket's round (else resend); down: read the count
+        after the codes of a 2-bit pull."""
 
     @abc.abstractmethod
-    def resend(self, bucket, compressed, gradient): """Send a dropped round again, and pull."""
+    def resend(self, bucket, compressed, gradient, pull_down=False):
+        """Send a dropped round again, and pull (W, or with pull_down the codes of W - V)."""
 
     @abc.abstractmethod
     def seal_next(self, bucket): """Ready the proof of the bucket's next round."""

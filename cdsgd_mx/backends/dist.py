@@ -63,6 +63,7 @@ class DistBackend(Backend):
         self.wires = {}     # weight key -> its bucket's comm_wire (what every push and pull of the key uses)
         self.codes = {}     # payload key -> the codes' part of that row (then the proof)
         self.payloads = {}  # payload key -> the row_sparse array pushed (made once, refilled)
+        self.flags = {}     # payload key -> [its pull flag's place in that row, the flag last written]
         self.no_rows = mx.nd.array([], dtype="int64")
         self.reports_open = False  # the checkpoint report keys exist (exchange)
         # before any command (CDSGD checks the answers): every server's nonce, and from it the
@@ -96,16 +97,17 @@ class DistBackend(Backend):
     def seal(self, bucket):
         self.proofs.seal(bucket)
 
-    def bucket_applied(self, bucket):
-        return self.proofs.bucket_applied(bucket)
+    def bucket_applied(self, bucket, down=False):
+        return self.proofs.bucket_applied(bucket, down)
 
     def seal_next(self, bucket):
         self.proofs.seal_next(bucket)
 
-    def resend(self, bucket, compressed, gradient):
+    def resend(self, bucket, compressed, gradient, pull_down=False):
         """Push the bucket's dropped round again and pull: the codes still in this worker's
         payload row, or the fp32 gradient from `gradient` (where g(t) still is: the pull wrote
-        W over comm_buf), each with the same proof (the round count did not move)."""
+        W over comm_buf), each with the same proof (the round count did not move). pull_down:
+        the round pulls the codes of W - V (pull_compression.py), not W."""
         if compressed:
             self.push_payload(bucket.payload_key)
             self.request_acks([bucket.payload_key])
@@ -114,7 +116,10 @@ class DistBackend(Backend):
             gradient.copyto(bucket.comm)
             self.proofs.seal_next(bucket)  # the pull overwrote the region too
             self.push(bucket.weight_key, bucket.comm_wire)
-        self.pull(bucket.weight_key, bucket.comm_wire)
+        if pull_down:
+            self.pull(bucket.down_key, bucket.down_wire)
+        else:
+            self.pull(bucket.weight_key, bucket.comm_wire)
 
     def round_trip(self, key, data):
         """One proven round of a dense key outside the training steps (start-up, votes,
@@ -140,20 +145,23 @@ class DistBackend(Backend):
                 return values[:data.size]
             dropped(self.rank, "round %d of key %d" % (self.rounds.get(key, 0), key), attempt)
 
-    def init_payloads(self, buckets):
+    def init_payloads(self, buckets, pull=False):
         """Payload keys and the arrays every compressed push reuses (nothing is allocated on
         the hot path): the server takes a row_sparse key's shape from its init value, so the
-        init stores every row."""
+        init stores every row. With pull, the codes are followed by the round's pull flag."""
         n, keys, values = self.num_workers, [], []
+        extra = 1 if pull else 0
         for b in buckets:
-            width = b.words + auth.TAG_FLOATS  # the codes, then this worker's proof
+            width = b.words + extra + auth.TAG_FLOATS  # the codes, (the pull flag,) then this worker's proof
             keys.append(b.payload_key)
             values.append(mx.nd.sparse.row_sparse_array(
                 (mx.nd.ones((n, width)), mx.nd.arange(n, dtype="int64")), shape=(n, width)))
             self.staging[b.payload_key] = mx.nd.zeros((n, width))
             self.rows[b.payload_key] = self.staging[b.payload_key][self.rank]
             self.codes[b.payload_key] = self.rows[b.payload_key][:b.words]
-            self.proofs.payload_regions[b.payload_key] = self.rows[b.payload_key][b.words:]
+            if pull:
+                self.flags[b.payload_key] = [self.rows[b.payload_key][b.words:b.words + 1], None]
+            self.proofs.payload_regions[b.payload_key] = self.rows[b.payload_key][b.words + extra:]
             self.payloads[b.payload_key] = mx.nd.sparse.row_sparse_array(
                 (mx.nd.ones((1, width)), mx.nd.array([self.rank], dtype="int64")), shape=(n, width))
             self.acks[b.payload_key] = mx.nd.sparse.zeros("row_sparse", (n, width))
@@ -177,10 +185,15 @@ class DistBackend(Backend):
         self.command(registration(buckets, threshold, compressing, aggregate))
         for b in buckets:
             self.wires[b.weight_key] = b.comm_wire
+            if b.down_key is not None:  # every pull of it lands in down_wire (see round_trip)
+                self.wires[b.down_key] = b.down_wire
         if not compressing:
             return
         for b in buckets:
             self.round_trip(b.weight_key, np.zeros(b.size, np.float32))
+        for b in buckets:
+            if b.down_key is not None:
+                self.round_trip(b.down_key, np.zeros(b.down_wire.size - self.region, np.float32))
         self.kv._barrier()
 
     def assign(self, values):
@@ -263,6 +276,14 @@ class DistBackend(Backend):
     def wire_row(self, key):
         """Where this worker's wire floats for payload key `key` go before push_payload."""
         return self.codes[key]
+
+    def set_pull(self, key, flag):
+        """The pull flag of this worker's next push of payload key `key` (written where it
+        changes: a synchronous copy, as the proof's)."""
+        place = self.flags[key]
+        if place[1] != flag:
+            place[0]._sync_copyfrom(np.array([flag], np.float32))
+            place[1] = flag
 
     def push_payload(self, key):
         """Push this worker's row: the staging row goes into the reused row_sparse array (an

@@ -22,7 +22,8 @@ class LocalBackend(Backend):
         self.server = ServerState()
         self.rounds = {}   # nothing is dropped in one process: no rounds to count
         self.store = {}
-        self.staging = {}  # payload key -> numpy [1, words]: the codes the next push carries
+        self.staging = {}  # payload key -> numpy [1, words (+ the pull flag)]: the codes the next push carries
+        self.words = {}    # payload key -> its code words
 
     def set_optimizer(self, optimizer):
         # a copy, as the servers get one: pickling drops gluon's param_dict, whose indices are
@@ -34,9 +35,10 @@ class LocalBackend(Backend):
         for k, v in zip(keys, values):
             self.store[k] = v.copy()
 
-    def init_payloads(self, buckets):
+    def init_payloads(self, buckets, pull=False):
         for b in buckets:
-            self.staging[b.payload_key] = np.zeros((1, b.words), np.float32)
+            self.staging[b.payload_key] = np.zeros((1, b.words + (1 if pull else 0)), np.float32)
+            self.words[b.payload_key] = b.words
 
     def command(self, msg):
         self.server.command(json.dumps(msg))
@@ -66,24 +68,30 @@ class LocalBackend(Backend):
         self.server.command(msg)
         for b in buckets:
             self.server.weights[b.weight_key] = self.store[b.weight_key]
+            if b.down_key is not None:
+                self.server.copies.register(b.down_key, b.weight_key, b.size, self.store[b.down_key],
+                                            self.store[b.weight_key])
 
     def push(self, key, value):
         self.server(key, value.copy(), self.store[key])
 
     def wire_row(self, key):
-        return self.staging[key][0]
+        return self.staging[key][0, :self.words[key]]
 
     def seal(self, bucket):
         pass
 
-    def bucket_applied(self, bucket):
+    def bucket_applied(self, bucket, down=False):
         return True  # in process: every push is applied at once
 
-    def resend(self, bucket, compressed, gradient):
+    def resend(self, bucket, compressed, gradient, pull_down=False):
         raise RuntimeError("kvstore='local' never drops a round: nothing to send again")
 
     def seal_next(self, bucket):
         pass
+
+    def set_pull(self, key, flag):
+        self.staging[key][0, -1] = flag
 
     def push_payload(self, key):
         self.server.apply_payload(key, self.staging[key], None)

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import zlib
 
 import numpy as np
 
@@ -131,9 +132,10 @@ def main():
                                    threshold=args.threshold, trace=cfg.get("trace"),
                                    nonfinite=cfg.get("nonfinite", "error"),
                                    local_optimizer_params={"learning_rate": cfg.get("local_lr", 0.5)},
+                                   pull_compression=cfg.get("pull", "none"), resync_every=cfg.get("resync_every", 10),
                                    update_on_kvstore=False if cfg.get("clip") else None)
         rank = trainer.kvstore.rank
-    first = 0
+    first, copies = 0, []
     if args.resume_at is not None:
         saved = np.load("%s.x%d.npz" % (args.ckpt, rank))
         for i, p in enumerate(plist):
@@ -164,6 +166,11 @@ def main():
             trainer.update(batch)
             continue
         trainer.step(batch, ignore_stale_grad=bool(cfg.get("stale")))
+        if cfg.get("pull", "none") != "none":  # each bucket's V after every step's round: (weight key, round, crc)
+            trainer.kvstore.wait_all()
+            copies.extend([b.weight_key, trainer.kvstore.backend.rounds.get(b.weight_key, 0),
+                           zlib.crc32(bset.copy.v[b.offset:b.offset + b.size].tobytes())]
+                          for bset in trainer.kvstore.bucket_sets for b in bset.buckets)
     if args.mode in ("stock", "stock_local"):
         mx.nd.waitall()
         rank = trainer._kvstore.rank
@@ -176,6 +183,8 @@ def main():
     # (where the workers update, the servers hold the last summed gradient, not weights)
     ws = xs if cfg.get("clip") else [kv.global_weights(i).asnumpy() for i in range(len(plist))]
     extra = dict(device_weights(plist, contexts), device_path=np.array(all(s.device is not None for s in kv.bucket_sets)))
+    if copies:  # V: every step's, and the last one whole
+        extra.update(copies=np.array(copies, np.int64), v=np.concatenate([s.copy.values() for s in kv.bucket_sets]))
     save(args.out, kv.rank, xs, ws, kv.bytes_by_step,
          expected=[kv.push_bytes_of_step(t) for t in sorted(kv.bytes_by_step)], devices=extra)
     if cfg.get("trace"):

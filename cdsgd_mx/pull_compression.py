@@ -1,0 +1,143 @@
+"""2-bit both ways (pull_compression='2bit', issue 29): the pull of a compressed round carries
+2-bit codes of the weights' change instead of fp32 W, with the error kept on the server.
+
+For each bucket the server keeps V, the weights every worker holds. After the round's global
+update it quantizes e = W(t+1) - V with a scale s that follows the size of e (scale()), sends
+the codes q (ternary16 words, as a push's), and V += decode(q) on the server and on every worker
+alike, so V stays bit-identical everywhere and W - V is the server's error feedback. A re-sync
+round (CD-SGD's k-step correction; BIT-SGD's every resync_every-th step) pulls fp32 W and both
+sides set V := W. Pushes are unchanged.
+
+The down payload of a bucket (its down key, on the bucket's server; protocol.py):
+    [ceil(n/16) code words | s | ||W - V||^2 | ||W||^2 | proof region (the round count first)]
+the two norms after the update, so that a worker can log ||W - V|| / ||W|| at no cost.
+
+The scale rule, chosen by measurement (docs/performance.md, "2-bit both ways"): s = the root
+mean square of e over the bucket (float64, as float32). A fixed threshold in weight space would
+round every change to 0 after a learning-rate decay; the RMS follows the change down, and since
+e holds the error not yet sent, a lagging V makes s grow until it catches up. Measured against
+the mean of |e| and twice it: the same error in steady state (0.72 of a step), and after a
+100x decay it catches up 5x faster than the mean.
+
+API: scale(e); DOWN_EXTRA; PULL_FP32, PULL_2BIT (the flag a payload row carries);
+WorkerCopy(buckets, size).start(W) / decode(i, bucket, wire) / values() / set_values(v) /
+error(); ServerCopies().register(dk, wk, n, stored, weight) / after_update(wk, weight, flag) /
+resync(wk, weight) / values() / restore(values).
+"""
+import numpy as np
+
+from . import codec
+
+DOWN_EXTRA = 3   # floats after the codes: s, ||W - V||^2, ||W||^2
+PULL_FP32 = 1.0  # the flag in a payload row: this round pulls fp32 W (re-sync: V := W)
+PULL_2BIT = 2.0  # ... or the codes of W - V
+
+
+def scale(e):
+    """The quantizer's scale for the change e (float32): the root mean square of e (in
+    float64, rounded to float32); 1.0 where e is all zeros (every code is 0 anyway)."""
+    e = e.astype(np.float64)
+    s = float(np.float32(np.sqrt(np.dot(e, e) / max(e.size, 1))))
+    return 1.0 if s == 0 else s
+
+
+def encode(e, s):
+    """(the codes of e at scale s as packed words, their decoded values): codes +s where
+    e >= s, -s where e <= -s, else 0 (MXNet's threshold rule, no residual of its own)."""
+    packed = np.zeros(codec.packed_size(e.size), np.uint32)
+    scratch = np.zeros(e.size, np.float32)
+    codec.quantize(e, scratch, packed, s)
+    decoded = np.zeros(e.size, np.float32)
+    codec.dequantize(packed, decoded, s)
+    return packed, decoded
+
+
+class ServerCopies:
+    """A server's V per bucket and the down payload it writes after each round (server.py)."""
+
+    def __init__(self):
+        self.down_of = {}   # weight key -> its down key
+        self.v = {}         # weight key -> V (numpy float32, n values)
+        self._stored = {}   # weight key -> the down key's stored data [codes | s | norms] (an NDArray view)
+        self._words = {}    # weight key -> its code words
+
+    def register(self, dk, wk, n, stored, weight):
+        """The down key's stored array (MXNet keeps it for the job's life; pulls read it) and V
+        = the bucket's weights now (W(0): no round has run)."""
+        words = codec.packed_size(n)
+        self.down_of[wk] = dk
+        self._words[wk] = words
+        self._stored[wk] = stored[0:words + DOWN_EXTRA]
+        if wk not in self.v:  # (restored by a checkpoint before: kept)
+            self.v[wk] = weight[0:n].asnumpy()
+
+    def __contains__(self, wk):
+        return wk in self.down_of
+
+    def after_update(self, wk, weight, flag):
+        """After a compressed round's global update: the codes of W(t+1) - V into the down key
+        (PULL_2BIT), or V := W where the workers pull fp32 W (PULL_FP32)."""
+        if flag == PULL_FP32:
+            return self.resync(wk, weight)
+        if flag != PULL_2BIT:
+            raise ValueError("a payload row of key %d asks for pull %r (allowed: %g fp32, %g 2-bit)"
+                             % (wk, flag, PULL_FP32, PULL_2BIT))
+        v = self.v[wk]
+        w = weight[0:v.size].asnumpy()
+        e = w - v
+        s = scale(e)
+        if not np.isfinite(s):
+            raise FloatingPointError("the global weights of key %d are not finite: nothing to send to the workers" % wk)
+        packed, decoded = encode(e, s)
+        v += decoded
+        e -= decoded
+        down = np.empty(self._words[wk] + DOWN_EXTRA, np.float32)
+        codec.wire_encode(packed, down[:self._words[wk]])
+        down[-3:] = (s, np.dot(e.astype(np.float64), e), np.dot(w.astype(np.float64), w))
+        codec.copy(down, self._stored[wk])
+
+    def resync(self, wk, weight):
+        """V := W (the workers pull W itself this round)."""
+        v = self.v[wk]
+        v[:] = weight[0:v.size].asnumpy()
+
+    def values(self):
+        return {wk: v.copy() for wk, v in self.v.items()}
+
+    def restore(self, values):
+        for wk, v in values.items():
+            self.v[int(wk)] = np.array(v, np.float32)
+
+
+class WorkerCopy:
+    """A bucket set's V on a worker: decoded from each compressed pull, then handed on as W(t+1)
+    in comm_buf, so the rest of the step reads comm_buf as after an fp32 pull."""
+
+    def __init__(self, buckets, size):
+        self.v = np.zeros(size, np.float32)
+        self._views = [self.v[b.offset:b.offset + b.size] for b in buckets]
+        self._packed = [np.zeros(b.words, np.uint32) for b in buckets]
+        self.norms = np.zeros((len(buckets), 2))  # per bucket: ||W - V||^2, ||W||^2 after the last compressed pull
+
+    def start(self, i, w):
+        """V of bucket i := w (W itself: the start, and every re-sync round)."""
+        self._views[i][:] = w
+
+    def decode(self, i, b, wire):
+        """Bucket i's down payload (numpy: codes, s, norms): V += decode(codes); comm = V."""
+        words = b.words
+        codec.wire_decode(wire[:words], self._packed[i])
+        codec.dequantize(self._packed[i], self._views[i], float(wire[words]), accumulate=True)
+        self.norms[i] = wire[words + 1:words + 3]
+        b.comm._sync_copyfrom(self._views[i])
+
+    def error(self):
+        """||W - V|| / ||W|| over the set, after each bucket's last compressed pull."""
+        e2, w2 = self.norms.sum(axis=0)
+        return float(np.sqrt(e2 / w2)) if w2 > 0 else 0.0
+
+    def values(self):
+        return self.v.copy()
+
+    def set_values(self, values):
+        self.v[:] = values

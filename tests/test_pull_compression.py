@@ -1,0 +1,182 @@
+"""2-bit both ways (pull_compression='2bit', issue 29): real processes against the simulation,
+V bit for bit on the servers and every worker at every step, the exact re-sync, the wire, and
+the settings' one-line errors."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from simulate import simulate  # noqa: E402
+from test_engine import BOUND, CFG, launch  # noqa: E402
+from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
+
+from cdsgd_mx import buckets, codec, protocol  # noqa: E402
+from cdsgd_mx.config import ConfigError, check_config  # noqa: E402
+from cdsgd_mx.pull_compression import DOWN_EXTRA, ServerCopies, WorkerCopy, scale  # noqa: E402
+
+WARMUP, K, T, R = 2, 3, 0.5, 3  # cdsgd re-syncs at its corrections (t = 2, 5, 8), bitsgd at t = 2, 5, 8 (R = 3)
+
+
+def layout(workers, servers):
+    """The engine's buckets as the simulation takes them: [(parameter, begin, end)] each."""
+    plan = buckets.plan([(i, int(np.prod(s))) for i, s in enumerate(SHAPES)], buckets.DEFAULT_BUCKET_SIZE,
+                        workers, servers, protocol.Keys(servers), bound=BOUND)
+    return [[(s.key, s.begin, s.end) for s in b.slots] for b in plan]
+
+
+def sim(alg, workers, servers, steps, pull=True):
+    init = [init_value(i, s) for i, s in enumerate(SHAPES)]
+    return simulate(alg, workers, steps, WARMUP, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
+                    CFG["batch"], pull={"buckets": layout(workers, servers), "resync_every": R} if pull else None)
+
+
+def run(tmp, alg, workers, servers, steps):
+    cfg = json.dumps(dict(CFG, pull="2bit", resync_every=R))
+    log = tmp / "copies"
+    import os
+    os.environ["CDSGD_COPY_LOG"] = str(log)
+    try:
+        got = launch(tmp, workers, servers, "--algorithm", alg, "--steps", str(steps), "--warmup", str(WARMUP),
+                     "--k", str(K), "--threshold", str(T), "--config", cfg)
+    finally:
+        del os.environ["CDSGD_COPY_LOG"]
+    server = {}
+    for s in range(servers):
+        for line in (tmp / ("copies.server%d" % s)).read_text().split("\n"):
+            if line:
+                wk, count, crc = map(int, line.split())
+                server[(wk, count)] = crc
+    return got, server
+
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
+@pytest.mark.parametrize("workers,servers", [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)])
+def test_both_ways_match_the_simulation_bit_for_bit(tmp_path, alg, workers, servers):
+    """8 steps: the last one pulls 2-bit codes (V != W there). x, W and V equal the simulation's
+    exactly; every worker's V equals its server's V after every step's round."""
+    got, server = run(tmp_path, alg, workers, servers, 8)
+    xs, W, V = sim(alg, workers, servers, 8)
+    v_sim = np.concatenate([V[i].reshape(-1)[b:e] for pieces in layout(workers, servers) for i, b, e in pieces])
+    for r in range(workers):
+        for i in range(len(SHAPES)):
+            np.testing.assert_array_equal(got[r]["w%d" % i], W[i], err_msg="global W, param %d, rank %d" % (i, r))
+            np.testing.assert_array_equal(got[r]["x%d" % i], xs[r][i], err_msg="x, param %d, rank %d" % (i, r))
+        np.testing.assert_array_equal(got[r]["v"], v_sim, err_msg="V, rank %d" % r)
+        rows = got[r]["copies"]
+        assert len(rows) == 8 * len(layout(workers, servers))
+        for wk, count, crc in rows:
+            assert server[(wk, count)] == crc, "rank %d's V of key %d after round %d is not its server's" % (r, wk, count)
+    # the codes moved V, and it is not W: the comparison above is of 2-bit pulls
+    w_flat = np.concatenate([W[i].reshape(-1)[b:e] for pieces in layout(workers, servers) for i, b, e in pieces])
+    assert not np.array_equal(v_sim, w_flat)
+    assert np.linalg.norm(v_sim - w_flat) < 0.2 * np.linalg.norm(w_flat)
+    # and the pull changed the training: the run without it ends elsewhere
+    _, W_plain = sim(alg, workers, servers, 8, pull=False)
+    assert not np.array_equal(W_plain[0], W[0])
+
+
+@pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
+def test_after_a_resync_every_worker_holds_exactly_w(tmp_path, alg):
+    """9 steps: the last one is a re-sync (cdsgd's correction, bitsgd's R-th step): V = W on
+    every worker, bit for bit."""
+    got, _ = run(tmp_path, alg, 2, 2, 9)
+    xs, W, V = sim(alg, 2, 2, 9)
+    w_flat = np.concatenate([W[i].reshape(-1)[b:e] for pieces in layout(2, 2) for i, b, e in pieces])
+    for r in range(2):
+        np.testing.assert_array_equal(got[r]["v"], w_flat)
+        for i in range(len(SHAPES)):
+            np.testing.assert_array_equal(got[r]["w%d" % i], W[i])
+
+
+def test_the_scale_follows_the_change_after_a_learning_rate_decay():
+    """A fixed threshold in weight space would send nothing once steps are 100x smaller; the
+    scale follows them: within a step's size in steady state, and after each decay the error
+    left from the larger steps shrinks (V catches up) instead of staying."""
+    rng = np.random.RandomState(0)
+    w = rng.uniform(-1, 1, 1000).astype(np.float32)
+    copies = _copies(w)
+    for lr in (1e-1, 1e-3, 1e-5):  # the step shrinks 10000x
+        errors = []
+        for _ in range(40):
+            w -= np.float32(lr) * rng.normal(0, 1, w.size).astype(np.float32)
+            copies.after_update(7, _nd(w), 2.0)
+            errors.append(np.linalg.norm(w - copies.v[7]) / (lr * np.sqrt(w.size)))  # in step sizes
+        if lr == 1e-1:
+            assert max(errors[5:]) < 1.0, errors
+        else:
+            assert errors[-1] < 0.5 * errors[0], errors
+
+
+def test_the_down_payload_is_a_quarter_byte_per_value_plus_a_few_bytes():
+    n = 1 << 16
+    words = codec.packed_size(n)
+    assert 4 * (words + DOWN_EXTRA) <= 0.25 * n + 16
+    copies = _copies(np.zeros(n, np.float32))
+    w = np.linspace(-1, 1, n).astype(np.float32)
+    copies.after_update(7, _nd(w), 2.0)
+    wire = copies._stored[7].asnumpy()
+    assert wire.size == words + DOWN_EXTRA
+    # a worker decodes it to the server's V
+    worker = WorkerCopy([buckets.Bucket(0, n, 0, 7, 8)], n)
+    bucket = _bucket(n)
+    worker.decode(0, bucket, wire)
+    np.testing.assert_array_equal(worker.v, copies.v[7])
+    np.testing.assert_array_equal(bucket.comm.asnumpy(), copies.v[7])
+    assert worker.error() == pytest.approx(np.linalg.norm(w - copies.v[7]) / np.linalg.norm(w), rel=1e-5)
+
+
+def test_a_resync_sets_v_to_w_and_a_bad_flag_stops():
+    copies = _copies(np.zeros(100, np.float32))
+    w = np.arange(100, dtype=np.float32)
+    copies.after_update(7, _nd(w), 1.0)
+    np.testing.assert_array_equal(copies.v[7], w)
+    with pytest.raises(ValueError, match="asks for pull"):
+        copies.after_update(7, _nd(w), 3.0)
+    with pytest.raises(FloatingPointError, match="not finite"):
+        copies.after_update(7, _nd(np.full(100, np.nan, np.float32)), 2.0)
+
+
+def test_scale_is_the_rms_change():
+    assert scale(np.array([1, -7], np.float32)) == 5.0
+    assert scale(np.zeros(5, np.float32)) == 1.0
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "odsgd"])
+def test_uncompressed_pushes_refuse_2bit_pulls(alg):
+    with pytest.raises(ConfigError, match=r"^pull_compression='2bit' needs a compressing algorithm: algorithm must "
+                                          r"be one of bitsgd, cdsgd, got '%s'$" % alg):
+        check_config(alg, 5, 0, 0.5, "local", pull_compression="2bit")
+
+
+def test_bad_pull_settings_are_one_line_errors():
+    with pytest.raises(ConfigError, match=r"^pull_compression must be one of none, 2bit, got '1bit'$"):
+        check_config("cdsgd", 5, 0, 0.5, "local", pull_compression="1bit")
+    with pytest.raises(ConfigError, match=r"^resync_every must be an integer >= 1 \(steps\), got 0$"):
+        check_config("bitsgd", 5, 0, 0.5, "local", pull_compression="2bit", resync_every=0)
+    with pytest.raises(ConfigError, match="update_on_kvstore=None"):
+        check_config("bitsgd", 5, 0, 0.5, "local", aggregate=True, pull_compression="2bit")
+
+
+def _nd(values):
+    import mxnet as mx
+    return mx.nd.array(values)
+
+
+def _copies(w):
+    import mxnet as mx
+    copies = ServerCopies()
+    copies.register(8, 7, w.size, mx.nd.zeros((codec.packed_size(w.size) + DOWN_EXTRA + 4,)), _nd(w))
+    return copies
+
+
+def _bucket(n):
+    import mxnet as mx
+    b = buckets.Bucket(0, n, 0, 7, 8)
+    b.comm = mx.nd.zeros((n,))
+    return b
