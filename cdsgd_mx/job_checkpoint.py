@@ -89,7 +89,7 @@ def _worker_state(kv):
     for bset in kv._sets:
         t, in_flight = kv.engine.position(bset)
         sets.append({"layout": bset.layout(), "t": t, "in_flight": in_flight, "comm_buf": bset.comm_buf.asnumpy(),
-                     "residual": bset.residual_values()})
+                     "residual": bset.residual_values(), "copy": bset.copy_values()})
     return pickle.dumps({"config": job_config(kv), "params": params, "sets": sets, "steps": (kv._calls, kv._updates),
                          "local": kv.local.get_states()})
 
@@ -151,6 +151,7 @@ def _check_manifest(kv, fname, manifest):
         manifest["extra"] = dict(manifest["extra"])
     except Exception:
         raise checkpoint.Damaged("checkpoint %s is missing, corrupted or truncated: not a manifest" % fname) from None
+    config.setdefault("pull_compression", "none")  # (written before 2-bit pulls existed)
     mismatch = {k: (v, config.get(k)) for k, v in job_config(kv).items() if config.get(k) != v}
     if mismatch:
         raise ValueError("checkpoint %s was written by another configuration: %s" % (
@@ -205,6 +206,8 @@ def _restore(kv, worker):
             proofs.unseal(b)  # the saved proof regions are another job's
         if saved["residual"] is not None:
             bset.set_residual(saved["residual"])
+        if saved.get("copy") is not None:  # 2-bit pulls: V (the servers restore theirs)
+            bset.copy.set_values(saved["copy"])
         kv.engine.resume(bset, saved["t"], saved["in_flight"])  # in flight: W(t) sits in comm_buf
         for k, devices in bset.outs.items():
             x = mx.nd.array(params[k]["x"])  # this worker's x(t), may differ from W
@@ -229,9 +232,12 @@ def _backend_optimizer(kv, fname, sid):
 
 
 def job_config(kv):
-    return {"algorithm": kv.algorithm, "k": kv.k, "warmup_steps": kv.warmup_steps,
-            "threshold": kv.threshold, "bucket_size": kv.bucket_size, "num_workers": kv.num_workers,
-            "num_servers": kv._backend.num_servers}
+    config = {"algorithm": kv.algorithm, "k": kv.k, "warmup_steps": kv.warmup_steps,
+              "threshold": kv.threshold, "bucket_size": kv.bucket_size, "num_workers": kv.num_workers,
+              "num_servers": kv._backend.num_servers, "pull_compression": kv.pull_compression}
+    if kv.pull_compression != "none" and kv.algorithm == "bitsgd":
+        config["resync_every"] = kv.resync_every
+    return config
 
 
 def _name_difference(there, here):

@@ -429,6 +429,9 @@ class CDSGD(KVStoreBase):
         whole = np.zeros(bset.size, np.float32)
         for b, wire in zip(held, wires):
             whole[b.offset:b.offset + b.size] = wire.asnumpy()[:b.size]
+        for i, b in enumerate(bset.buckets if bset.copy else ()):
+            if b in held:  # that pull wrote W over comm_buf, where the workers' V must stay (2-bit pulls)
+                bset.copy.to_comm(i, b)
         out = np.empty(int(np.prod(bset.shapes[key])), np.float32)
         for b in held:
             for s in b.slots:

@@ -20,8 +20,8 @@ the mean of |e| and twice it: the same error in steady state (0.72 of a step), a
 100x decay it catches up 5x faster than the mean.
 
 API: scale(e); DOWN_EXTRA; PULL_FP32, PULL_2BIT (the flag a payload row carries);
-WorkerCopy(buckets, size).start(W) / decode(i, bucket, wire) / values() / set_values(v) /
-error(); ServerCopies().register(dk, wk, n, stored, weight) / after_update(wk, weight, flag) /
+WorkerCopy(buckets, size).start(i, w) / decode(i, bucket, wire) / to_comm(i, bucket) / values() /
+set_values(v) / error(); ServerCopies().register(dk, wk, n, stored, weight) / after_update(wk, weight, flag) /
 resync(wk, weight) / values() / restore(values).
 """
 import numpy as np
@@ -129,6 +129,10 @@ class WorkerCopy:
         codec.wire_decode(wire[:words], self._packed[i])
         codec.dequantize(self._packed[i], self._views[i], float(wire[words]), accumulate=True)
         self.norms[i] = wire[words + 1:words + 3]
+        self.to_comm(i, b)
+
+    def to_comm(self, i, b):
+        """comm_buf's part of bucket i = V (the weights this worker holds)."""
         b.comm._sync_copyfrom(self._views[i])
 
     def error(self):

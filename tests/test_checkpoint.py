@@ -27,6 +27,27 @@ def test_stop_and_resume_matches_uninterrupted_run(tmp_path, alg):
             np.testing.assert_array_equal(resumed[r]["x%d" % i], whole[r]["x%d" % i])
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
+def test_stop_and_resume_with_2bit_pulls_matches_uninterrupted_run(tmp_path, alg):
+    """V on the servers and the workers is part of the checkpoint: saved at step 4 (bitsgd
+    re-syncs every 3rd step, cdsgd corrects every 3rd: step 4 is past a 2-bit pull), resumed
+    bit for bit."""
+    import json
+    from test_engine import CFG
+    common = ["--algorithm", alg, "--steps", "8", "--warmup", "2", "--k", "3",
+              "--config", json.dumps(dict(CFG, pull="2bit", resync_every=3))]
+    whole = launch(tmp_path / "whole", 2, 2, *common)
+    ckpt = str(tmp_path / "ckpt.states")
+    launch(tmp_path / "first", 2, 2, *common, "--ckpt", ckpt, "--save-at", "4", allow_missing=True)
+    resumed = launch(tmp_path / "second", 2, 2, *common, "--ckpt", ckpt, "--resume-at", "4")
+    for r in range(2):
+        np.testing.assert_array_equal(resumed[r]["v"], whole[r]["v"])
+        for i in range(len(SHAPES)):
+            np.testing.assert_array_equal(resumed[r]["w%d" % i], whole[r]["w%d" % i])
+            np.testing.assert_array_equal(resumed[r]["x%d" % i], whole[r]["x%d" % i])
+
+
 def test_corrupted_and_mismatched_checkpoints_give_clear_errors(tmp_path):
     import mxnet as mx
     from mxnet import gluon
@@ -50,6 +71,8 @@ def test_corrupted_and_mismatched_checkpoints_give_clear_errors(tmp_path):
         trainer(k=3).load_states(path)
     with pytest.raises(ValueError, match="another configuration: bucket_size=4 here, 1048576 there"):
         trainer(bucket_size=4).load_states(path)
+    with pytest.raises(ValueError, match="another configuration: pull_compression='2bit' here, 'none' there"):
+        trainer(pull_compression="2bit").load_states(path)
     worker0 = [f for f in checkpoint.files_of(path) if f.endswith(".worker0")][0]
     data = open(worker0, "rb").read()
     open(worker0, "wb").write(data[: len(data) // 2])
