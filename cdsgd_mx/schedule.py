@@ -78,8 +78,11 @@ class InterleavedSchedule:
         self.schedules.append(Schedule(algorithm, 0, self.k, pull_compression, self.resync_every))
 
     def pull_compressed(self, t):
+        """A segment with 2-bit pulls pulls codes at each of its compressed steps (no re-sync
+        inside a benchmark's segment: the servers follow each round's pull flag, so V stays
+        the same everywhere whatever the order)."""
         schedule, offset = self._segment(t)
-        return schedule.pull_compressed(offset)
+        return schedule.pull_compression == "2bit" and schedule.compressed(offset)
 
     def _segment(self, t):
         """(the segment's schedule, t counted from the segment's start)"""

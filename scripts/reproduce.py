@@ -31,8 +31,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
 LABELS = {"ssgd": "S-SGD", "bitsgd": "BIT-SGD", "odsgd": "OD-SGD", "cdsgd": "CD-SGD",
+          "bitsgd_2bit": "BIT-SGD 2-bit both ways", "cdsgd_2bit": "CD-SGD 2-bit both ways",
           "k2": "CD-SGD k=2", "k5": "CD-SGD k=5", "k10": "CD-SGD k=10", "k20": "CD-SGD k=20"}
 CURVE_RUNS = [(a, ["algorithm=" + a]) for a in ALGORITHMS]
+# --pull-compression 2bit (issue 29): BIT-SGD and CD-SGD with 2 bits both ways against without
+BOTH_WAYS = ["bitsgd", "bitsgd_2bit", "cdsgd", "cdsgd_2bit"]
+BOTH_WAYS_RUNS = [(a, ["algorithm=" + a.replace("_2bit", "")] + (["pull_compression=2bit"] if a.endswith("_2bit")
+                                                                 else [])) for a in BOTH_WAYS]
 KSWEEP_RUNS = [("ssgd", ["algorithm=ssgd"]), ("bitsgd", ["algorithm=bitsgd"])] + \
     [("k%d" % k, ["algorithm=cdsgd", "k=%d" % k]) for k in (2, 5, 10, 20)]
 PP = 0.01  # one percentage point of accuracy, which the runs log as a fraction
@@ -43,6 +48,12 @@ def claim(text, a, b, rule="exceeds", margin=0.0):
     (cdsgd_mx.spread): rule 'exceeds' (a - b > margin) or 'within' (|a - b| <= margin); b a list:
     the claim holds against each of them; a or b a number: a level of accuracy ("below 99%")."""
     return {"text": text, "a": a, "b": b, "rule": rule, "margin": margin}
+
+
+BOTH_WAYS_CLAIMS = [claim("2-bit pulls keep BIT-SGD's accuracy: BIT-SGD both ways - BIT-SGD within ±0.2 pp",
+                          "bitsgd_2bit", "bitsgd", "within", 0.2 * PP),
+                    claim("2-bit pulls keep CD-SGD's accuracy: CD-SGD both ways - CD-SGD within ±0.2 pp",
+                          "cdsgd_2bit", "cdsgd", "within", 0.2 * PP)]
 
 
 CD_VS_S = "CD-SGD keeps S-SGD's accuracy (%s against %s): CD-SGD >= S-SGD - 0.1 pp"
@@ -810,6 +821,9 @@ def main(argv=None):
                     "`seeds`, else one run of its seed)")
     ap.add_argument("--rerun", action="store_true", help="run again even where --out holds a finished run "
                     "with the same settings (without it such runs are reused)")
+    ap.add_argument("--pull-compression", default="none", choices=("none", "2bit"),
+                    help="2bit: run BIT-SGD and CD-SGD with 2 bits both ways against without, instead of the "
+                         "four algorithms (fig6, fig7, fig8)")
     args = ap.parse_args(argv)
     global REPLOT, RERUN
     REPLOT, RERUN = args.replot, args.rerun
@@ -831,7 +845,13 @@ def main(argv=None):
             ap.error("--workers must be comma-separated integers >= 1, got %r" % args.workers)
         exp["workers"] = exp["quick_workers"] = counts
     name = "fig9" if args.experiment == "table2" else args.experiment
-    out_dir = os.path.abspath(args.out or os.path.join("results", name + ("-quick" if args.quick else "")))
+    names, curve_runs, both = ALGORITHMS, CURVE_RUNS, args.pull_compression == "2bit"
+    if both:
+        if exp["kind"] != "curves":
+            ap.error("--pull-compression applies to fig6, fig7 and fig8, not %s" % args.experiment)
+        names, curve_runs, exp["claims"] = BOTH_WAYS, BOTH_WAYS_RUNS, BOTH_WAYS_CLAIMS
+    out_dir = os.path.abspath(args.out or os.path.join("results", name + ("-quick" if args.quick else "") +
+                                                       ("-both-ways" if both else "")))
     os.makedirs(os.path.join(out_dir, "logs"), exist_ok=True)
     if exp["kind"] == "speed":
         cfg = load_speed_config(os.path.join(ROOT, exp["config"]), args.quick and exp["quick"],
@@ -845,15 +865,15 @@ def main(argv=None):
         seeds = seed_list(exp, args.seeds)
         ksweep = exp["kind"] == "ksweep"
         results, data, note = run_curves(exp, args.quick, out_dir, args.iterations, args.data_dir,
-                                         KSWEEP_RUNS if ksweep else CURVE_RUNS, seeds)
-        plots = plot_ksweep(exp, results, out_dir) if ksweep else plot_curves(name, exp, results, out_dir, ALGORITHMS)
+                                         KSWEEP_RUNS if ksweep else curve_runs, seeds)
+        plots = plot_ksweep(exp, results, out_dir) if ksweep else plot_curves(name, exp, results, out_dir, names)
         if seeds == (None,):
             md = table_ksweep(exp, results, args.quick, data, note) if ksweep else \
-                table_curves(name, exp, results, args.quick, data, note, ALGORITHMS)
+                table_curves(name, exp, results, args.quick, data, note, names)
         else:
             claims = judge_claims(exp, results)
             md = table_ksweep_seeds(exp, results, args.quick, data, note, claims) if ksweep else \
-                table_curves_seeds(name, exp, results, args.quick, data, note, ALGORITHMS, claims)
+                table_curves_seeds(name, exp, results, args.quick, data, note, names, claims)
             with open(os.path.join(out_dir, "seeds.json"), "w") as f:
                 json.dump(seeds_record(name, args.quick, data, results, claims), f, indent=1)
     md += "\n" + "\n".join("![%s](%s)" % (os.path.basename(p), os.path.basename(p)) for p in plots) + "\n"

@@ -36,11 +36,17 @@ def choose_k(cfg):
         rows = [json.loads(line) for line in open(cfg.costs) if line.strip().startswith("{")]
         costs = next(r for r in rows if "phi_ms" in r)
         tau = [r["compute_ms"] for r in rows if "compute_ms" in r]
-        c = timemodel.calibrate(sum(tau) / len(tau), costs["phi_ms"], costs["psi_plus_delta_ms"])
+        pull = cfg.pull_compression == "2bit"
+        if pull and "psi_pull_plus_delta_ms" not in costs:
+            raise C.ConfigError("costs: %s has no 2-bit pull round (psi_pull_plus_delta_ms): measure it with python "
+                                "-m cdsgd_mx.bench.overlap --interleaved --algorithms cdsgd,cdsgd_2bit --json"
+                                % cfg.costs)
+        c = timemodel.calibrate(sum(tau) / len(tau), costs["phi_ms"], costs["psi_plus_delta_ms"],
+                                pull_round_ms=costs.get("psi_pull_plus_delta_ms"))
     except (OSError, ValueError, StopIteration, KeyError, ZeroDivisionError) as e:
         raise C.ConfigError("costs: %s is not the --json output of python -m cdsgd_mx.bench.overlap (%s)"
                             % (cfg.costs, e))
-    return timemodel.choose_k(c)
+    return timemodel.choose_k(c, pull=pull)
 
 
 class ArrayData:
@@ -184,6 +190,7 @@ def worker(cfg, resume):
     k = choose_k(cfg)
     trainer_args = dict(kvstore=kvstore, algorithm=cfg.algorithm, k=k, warmup_steps=cfg.warmup_steps,
                         threshold=cfg.threshold, nonfinite=cfg.nonfinite,
+                        pull_compression=cfg.pull_compression, resync_every=cfg.resync_every,
                         local_optimizer_params={"learning_rate": cfg.local_lr or cfg.lr})
     # the data shard needs the rank, which the Trainer's kvstore knows: model, trainer, then data
     shape = models.INPUT_SHAPES[cfg.model]
@@ -264,12 +271,15 @@ def worker(cfg, resume):
         record = {"epoch": epoch, "loss": float(np.mean(losses)) if losses else None,
                   "train_accuracy": correct / max(1, seen), "test_accuracy": test_acc,
                   "learning_rate": trainer.learning_rate, "data": source}
+        if trainer.kvstore.pull_error is not None:  # 2-bit pulls: ||W - V|| / ||W|| after the last one
+            record["pull_error"] = trainer.kvstore.pull_error
         log.write(json.dumps(record) + "\n")
         log.flush()
         if rank == 0:
-            print("epoch %d: loss %.4f train acc %.4f test acc %s" % (
+            print("epoch %d: loss %.4f train acc %.4f test acc %s%s" % (
                 epoch + 1, record["loss"] or float("nan"), record["train_accuracy"],
-                "%.4f" % test_acc if test_acc is not None else "-"), flush=True)
+                "%.4f" % test_acc if test_acc is not None else "-",
+                " ||W-V||/||W|| %.2e" % record["pull_error"] if "pull_error" in record else ""), flush=True)
         if cfg.checkpoint:
             trainer.save_states(ckpt, extra={"epoch": epoch + 1, "run": run})  # raises (the job stops) if any node fails
     log.close()

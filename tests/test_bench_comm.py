@@ -59,6 +59,27 @@ def test_paired_mode_alternates_fp32_and_2bit_rounds_in_one_job(tmp_path):
     assert (fp32 + low) / 2 <= p["bytes_per_round"] <= (fp32 + low + 4 * buckets) / 2
 
 
+def test_both_ways_systems_pull_a_quarter_byte_per_value(tmp_path):
+    """bitsgd_2bit and paired_pull (issue 29): their rounds run, push what bitsgd pushes plus one
+    pull flag per bucket, and the table prints the both-ways wire bound beside the others."""
+    out = tmp_path / "both.json"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
+                           "--rounds", "4", "--systems", "stock_2bit,bitsgd,bitsgd_2bit,cdsgd_2bit,paired_pull",
+                           "--bucket-size", "20000", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = json.loads(out.read_text())["runs"][0]
+    assert "both bound" in proc.stdout and "bitsgd_2bit/bitsgd" in proc.stdout
+    sizes = [int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null"]
+    buckets = len(plan(list(enumerate(sizes)), 20000, 2, 1, protocol.Keys(1)))
+    one_way = run["systems"]["bitsgd"]["bytes_per_round"]
+    assert run["systems"]["bitsgd_2bit"]["bytes_per_round"] == one_way + 4 * buckets  # the pull flag
+    assert run["systems"]["cdsgd_2bit"]["ms"] > 0
+    p = run["systems"]["paired_pull"]
+    assert p["ratio"] == pytest.approx(p["bitsgd_2bit_ms"] / p["bitsgd_ms"])
+    assert "paired_pull in one job (4 rounds of each): bitsgd %.1f ms, bitsgd_2bit %.1f ms" % (
+        p["bitsgd_ms"], p["bitsgd_2bit_ms"]) in proc.stdout
+
+
 @pytest.mark.parametrize("args,message", [
     (["--models", "lenet9"], "--models: unknown 'lenet9' (allowed: "),
     (["--systems", "ssgd,fastest"], "--systems: unknown 'fastest'"),

@@ -1,7 +1,8 @@
 """One communication round of MXNet fp32, MXNet 2-bit, S-SGD, BIT-SGD and CD-SGD side by side.
 
     python -m cdsgd_mx.bench.comm [--bandwidth 1gbit,10gbit,none] [--models inception_bn,resnet20,alexnet]
-        [--workers 2] [--servers 1] [--rounds 30] [--systems stock_fp32,stock_2bit,ssgd,bitsgd,cdsgd]
+        [--workers 2] [--servers 1] [--rounds 30]
+        [--systems stock_fp32,stock_2bit,ssgd,bitsgd,cdsgd,bitsgd_2bit,cdsgd_2bit]
         [--bucket-size N] [--timeout SEC] [--json PATH]
 
 Tells whether compression pays on a link. For each model and link, each system runs as its own
@@ -20,13 +21,21 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
   cdsgd       cdsgd_mx.Trainer, k=5, no warm-up; its step returns before its communication ends
               (the next step waits for it), so this is the mean time per step over --rounds
               back-to-back steps, waited to the end once (take --rounds a multiple of k)
+  bitsgd_2bit BIT-SGD with 2 bits both ways (pull_compression='2bit'): every timed round pulls
+              the codes of W - V (no re-sync among them): median of waited steps
+  cdsgd_2bit  CD-SGD with 2 bits both ways, k=5 (its corrections pull fp32): as cdsgd
   paired      (not in the default list) S-SGD's and BIT-SGD's rounds alternating in one job: a
               BIT-SGD Trainer whose even rounds push fp32 (the same push and pull as ssgd's), so
               both are timed under the same processes, placement and load; --rounds of each.
               Printed under the table: both medians and their ratio, the worker with the larger
               ratio. Separate jobs differ by up to 30% in speed on a shared machine; this does not
+  paired_pull (not in the default list) the same with BIT-SGD's one-way round (fp32 pull) on even
+              rounds and its both-ways round (2-bit pull) on odd ones, in one job: a BIT-SGD
+              Trainer with pull_compression='2bit' whose even rounds pull W (the servers then copy
+              V := W, which today's round does not: the one-way figure is a little high)
   fp32 bound  W * (4 B pushed + 4 B pulled) * values / link rate: what the wire alone needs
   2bit bound  W * (0.25 B pushed + 4 B pulled) * values / link rate (no bound for `none`)
+  both bound  W * (0.25 B pushed + 0.25 B pulled) * values / link rate: 2 bits both ways
   a/b         ratio of the two systems' times (< 1: a is faster)
 Bytes pushed per round per worker by the project's systems are printed under the table.
 """
@@ -42,16 +51,19 @@ import time
 from ..launch import RATE_RE, netns_prelude, netns_unavailable
 from . import mark_fresh
 
-SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd"]
-EXTRA_SYSTEMS = ["paired"]   # asked for by name; printed under the table
-OURS = ("ssgd", "bitsgd", "cdsgd")
-OUR_JOBS = OURS + ("paired",)  # jobs on the project's server
+SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
+EXTRA_SYSTEMS = ["paired", "paired_pull"]   # asked for by name; printed under the table
+OURS = ("ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit")
+OUR_JOBS = OURS + ("paired", "paired_pull")  # jobs on the project's server
+PAIRED = {"paired": (("ssgd", "none"), ("bitsgd", "none")),  # (even round, odd round): (algorithm, pull)
+          "paired_pull": (("bitsgd", "none"), ("bitsgd", "2bit"))}
 BATCH = 32            # only rescales the gradients (rescale_grad = 1/batch)
 WARMUP_ROUNDS = 4     # untimed rounds first: registration, buffers, connections
 OPTIMIZER = {"learning_rate": 0.01, "momentum": 0.9}
 BITS_PER_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
                  "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}  # tc: bps is bytes per second
-RATIOS = [("bitsgd", "stock_2bit"), ("ssgd", "stock_fp32"), ("bitsgd", "ssgd")]
+RATIOS = [("bitsgd", "stock_2bit"), ("ssgd", "stock_fp32"), ("bitsgd", "ssgd"), ("bitsgd_2bit", "bitsgd"),
+          ("bitsgd_2bit", "stock_2bit")]
 
 
 def rate_bits(link):
@@ -114,19 +126,21 @@ def worker(args):
         else:
             import cdsgd_mx
             extra = {"bucket_size": args.bucket_size} if args.bucket_size else {}
-            algorithm = "bitsgd" if args.system == "paired" else args.system
+            if args.system.endswith("_2bit") or args.system == "paired_pull":
+                extra.update(pull_compression="2bit", resync_every=1 << 30)  # bitsgd: only step 0 re-syncs
+            algorithm = "bitsgd" if args.system in PAIRED else args.system.replace("_2bit", "")
             trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync",
                                        algorithm=algorithm, warmup_steps=0, k=5, **extra)
-            if args.system == "paired":
+            if args.system in PAIRED:
                 from cdsgd_mx.schedule import InterleavedSchedule
                 trainer.kvstore.schedule = InterleavedSchedule(k=5)
         for p, g in zip(params, grads):
             p.grad()[:] = g  # once: a step leaves the gradients as they are
 
         def one_round():
-            if args.system == "paired":  # S-SGD's round on even steps, BIT-SGD's on odd ones
+            if args.system in PAIRED:  # paired: S-SGD's round on even steps, BIT-SGD's on odd ones
                 ours = trainer.kvstore
-                ours.schedule.begin(ours.steps_done, ("ssgd", "bitsgd")[ours.steps_done % 2])
+                ours.schedule.begin(ours.steps_done, *PAIRED[args.system][ours.steps_done % 2])
             mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
             trainer.step(BATCH)
             mx.nd.waitall()
@@ -134,23 +148,24 @@ def worker(args):
     pushed = lambda: trainer.kvstore.bytes_pushed if args.system in OUR_JOBS else 0
     for _ in range(WARMUP_ROUNDS):
         one_round()
-    if args.system == "cdsgd":
+    if args.system.startswith("cdsgd"):
         trainer.kvstore.wait_all()
         mx.nd.waitall()
     b0, times = pushed(), []
-    if args.system == "paired":  # WARMUP_ROUNDS is even: the timed rounds start with an fp32 one
+    if args.system in PAIRED:  # WARMUP_ROUNDS is even: the timed rounds start with the even kind
         kinds = {False: [], True: []}
         for t in range(2 * args.rounds):
             t0 = time.perf_counter()
             one_round()
             kinds[t % 2 == 1].append(1e3 * (time.perf_counter() - t0))
-        ssgd_ms, bitsgd_ms = statistics.median(kinds[False]), statistics.median(kinds[True])
+        even_ms, odd_ms = statistics.median(kinds[False]), statistics.median(kinds[True])
         rank = trainer._kvstore.rank
-        print("RESULT " + json.dumps({"rank": rank, "ms": bitsgd_ms, "ssgd_ms": ssgd_ms, "bitsgd_ms": bitsgd_ms,
-                                      "ratio": bitsgd_ms / ssgd_ms, "bytes_per_round": (pushed() - b0) / (2 * args.rounds)}),
-              flush=True)
+        names = [alg + ("_2bit" if pull == "2bit" else "") for alg, pull in PAIRED[args.system]]
+        print("RESULT " + json.dumps({"rank": rank, "ms": odd_ms, "even_ms": even_ms, "odd_ms": odd_ms,
+                                      names[0] + "_ms": even_ms, names[1] + "_ms": odd_ms, "ratio": odd_ms / even_ms,
+                                      "bytes_per_round": (pushed() - b0) / (2 * args.rounds)}), flush=True)
         return
-    if args.system == "cdsgd":  # delayed: back-to-back steps, waited once at the end
+    if args.system.startswith("cdsgd"):  # delayed: back-to-back steps, waited once at the end
         t0 = time.perf_counter()
         for _ in range(args.rounds):
             mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
@@ -218,7 +233,7 @@ def run_job(args, model, link, system):
     result = {"ms": worst["ms"], "workers": sorted(found, key=lambda r: r["rank"]),
               "bytes_per_round": worst["bytes_per_round"]}
     if "ratio" in worst:  # paired: the worker with the larger ratio
-        result.update({k: worst[k] for k in ("ssgd_ms", "bitsgd_ms", "ratio", "rank")})
+        result.update({k: v for k, v in worst.items() if k.endswith("_ms") or k in ("ratio", "rank")})
     proofs = [json.loads(l.split("PROOF_STATS ", 1)[1]) for l in proc.stdout.splitlines() if "PROOF_STATS " in l]
     if proofs:  # the servers' proof checks, per round of one bucket, measured in the job itself
         result["server_proof_us"] = 1e6 * sum(p["seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
@@ -333,14 +348,17 @@ def print_proof_costs(args, results):
 
 
 def bounds(info, link, workers):
+    """(fp32, 2-bit push with fp32 pull, 2 bits both ways) wire bounds in ms, or Nones."""
     if link == "none":
-        return None, None
+        return None, None, None
     values, rate = info["trained_values"], rate_bits(link) / 8  # bytes per second
-    return (1e3 * workers * 8 * values / rate, 1e3 * workers * 4.25 * values / rate)
+    return tuple(1e3 * workers * per_value * values / rate for per_value in (8, 4.25, 0.5))
 
 
 def print_table(args, infos, results):
-    head = ["model", "arrays", "link"] + SYSTEMS + ["fp32 bound", "2bit bound"] + ["%s/%s" % r for r in RATIOS]
+    systems = [s for s in SYSTEMS if s in args.systems or s in ("stock_fp32", "stock_2bit", "bitsgd")]
+    head = ["model", "arrays", "link"] + systems + ["fp32 bound", "2bit bound", "both bound"] + \
+        ["%s/%s" % r for r in RATIOS if r[0] in systems and r[1] in systems]
     rows, notes = [], []
     for model in args.models:
         for link in args.bandwidth:
@@ -350,25 +368,27 @@ def print_table(args, infos, results):
                 continue
             ms = {s: res[s].get("ms") for s in SYSTEMS if s in res}
             cells = [model, str(infos[model]["trained_arrays"]), link]
-            for s in SYSTEMS:
+            for s in systems:
                 r = res.get(s)
                 cells.append("-" if r is None else ("%.1f" % r["ms"]) if "ms" in r else "failed: " + r["error"][:40])
                 if r and "error" in r:
                     notes.append("%s %s %s failed: %s" % (model, link, s, r["error"]))
             cells += ["-" if b is None else "%.1f" % b for b in bounds(infos[model], link, args.workers)]
-            cells += ["%.2f" % (ms[a] / ms[b]) if ms.get(a) and ms.get(b) else "-" for a, b in RATIOS]
+            cells += ["%.2f" % (ms[a] / ms[b]) if ms.get(a) and ms.get(b) else "-" for a, b in RATIOS
+                      if a in systems and b in systems]
             rows.append(cells)
             sent = ["%s %.3f MB" % (s, res[s]["bytes_per_round"] / 1e6) for s in OURS
                     if s in res and res[s].get("bytes_per_round") is not None]
             if sent:
                 notes.append("%s %s pushed per round per worker: %s" % (model, link, ", ".join(sent)))
-            p = res.get("paired")
-            if p and "ratio" in p:
-                notes.append("%s %s paired in one job (%d rounds of each): ssgd %.1f ms, bitsgd %.1f ms, "
-                             "bitsgd/ssgd %.2f (worker rank %d)" % (model, link, args.rounds, p["ssgd_ms"],
-                                                                    p["bitsgd_ms"], p["ratio"], p["rank"]))
-            elif p and "error" in p:
-                notes.append("%s %s paired failed: %s" % (model, link, p["error"]))
+            for system, (even, odd) in (("paired", ("ssgd", "bitsgd")), ("paired_pull", ("bitsgd", "bitsgd_2bit"))):
+                p = res.get(system)
+                if p and "ratio" in p:
+                    notes.append("%s %s %s in one job (%d rounds of each): %s %.1f ms, %s %.1f ms, %s/%s %.2f "
+                                 "(worker rank %d)" % (model, link, system, args.rounds, even, p["even_ms"], odd,
+                                                       p["odd_ms"], odd, even, p["ratio"], p["rank"]))
+                elif p and "error" in p:
+                    notes.append("%s %s %s failed: %s" % (model, link, system, p["error"]))
     full = [r for r in rows if len(r) == len(head)]
     widths = [max([len(h)] + [len(r[i]) for r in full]) for i, h in enumerate(head)]
     print("\nms per communication round, %d workers, %d server(s), %d timed rounds (cdsgd: mean per "
@@ -411,8 +431,9 @@ def leader(args):
         out = {"workers": args.workers, "servers": args.servers, "rounds": args.rounds,
                "bucket_size": args.bucket_size, "models": infos, "runs": []}
         for (model, link), res in results.items():
-            fp32, bit2 = bounds(infos[model], link, args.workers)
+            fp32, bit2, both = bounds(infos[model], link, args.workers)
             out["runs"].append({"model": model, "link": link, "fp32_bound_ms": fp32, "2bit_bound_ms": bit2,
+                                "both_bound_ms": both,
                                 "systems": {s: r for s, r in res.items() if s != "skipped"},
                                 "skipped": res.get("skipped")})
         with open(args.json, "w") as f:

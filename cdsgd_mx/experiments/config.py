@@ -38,6 +38,8 @@ class Config:
     k: Union[int, str] = 5          # or 'auto' (cdsgd_mx.timemodel.choose_k)
     warmup_steps: int = 100
     threshold: float = 0.5
+    pull_compression: str = "none"  # '2bit': 2 bits both ways (bitsgd, cdsgd; cdsgd_mx.pull_compression)
+    resync_every: int = 10          # bitsgd with 2-bit pulls: an exact fp32 pull every this many steps
     epochs: Optional[int] = None
     iterations: Optional[int] = None
     bandwidth: Optional[str] = None  # emulated link, tc syntax (1gbit)
@@ -107,6 +109,10 @@ def _check(cfg):
          "k must be an integer >= 1 or 'auto', got %r" % (cfg.k,))
     integer("warmup_steps", 0)
     number("threshold", 0, strict=True)
+    choice("pull_compression", ("none", "2bit"))
+    integer("resync_every", 1)
+    need(cfg.pull_compression == "none" or cfg.algorithm in ("bitsgd", "cdsgd"),
+         "pull_compression: '2bit' needs algorithm bitsgd or cdsgd, got %r" % (cfg.algorithm,))
     integer("epochs", 1, allow_none=True)
     integer("train_samples", 1, allow_none=True)
     integer("test_samples", 1, allow_none=True)
