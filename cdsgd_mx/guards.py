@@ -45,21 +45,21 @@ def check_agreement(backend, settings, sets, param_names):
     names = json.dumps(list(param_names or []))
     layout = json.dumps([bset.layout() for bset in sets])
     fields = ["algorithm", "k", "warmup_steps", "threshold", "nonfinite", "bucket_size",
-              "number of parameters", "update_on_kvstore", "pull_compression", "resync_every",
-              "parameter shapes", "parameter names", "bucket layout"]
+              "number of parameters", "update_on_kvstore", "parameter shapes", "parameter names", "bucket layout",
+              "pull_compression", "resync_every"]
     mine = [ALGORITHMS.index(settings["algorithm"]), settings["k"], settings["warmup_steps"],
             np.float32(settings["threshold"]), NONFINITE_POLICIES.index(settings["nonfinite"]),
-            settings["bucket_size"], sum(len(bset.keys) for bset in sets), not settings["aggregate"],
-            PULL_COMPRESSIONS.index(settings["pull_compression"]), settings["resync_every"]] + \
-           [zlib.crc32(x.encode()) & 0xFFFF for x in (shapes, names, layout)]
+            settings["bucket_size"], sum(len(bset.keys) for bset in sets), not settings["aggregate"]] + \
+           [zlib.crc32(x.encode()) & 0xFFFF for x in (shapes, names, layout)] + \
+           [PULL_COMPRESSIONS.index(settings["pull_compression"]), settings["resync_every"]]
     rows = backend.gather_rows(protocol.CONFIG_KEY, np.array(mine, np.float32))
     problems = []
     for i, field in enumerate(fields):
         values = rows[:, i]
         if np.any(values != values[0]):
             shown = [ALGORITHMS[int(v)] if i == 0 else NONFINITE_POLICIES[int(v)] if i == 4
-                     else PULL_COMPRESSIONS[int(v)] if i == 8 else float(v) if i == 3 else int(v) for v in values]
-            if i >= 10:
+                     else PULL_COMPRESSIONS[int(v)] if i == 11 else float(v) if i == 3 else int(v) for v in values]
+            if 8 <= i <= 10:  # checksums
                 problems.append("%s differ" % field)
             else:
                 problems.append("%s is %s" % (field, ", ".join("%r on rank %d" % (v, r) for r, v in enumerate(shown))))

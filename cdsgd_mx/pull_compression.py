@@ -10,7 +10,8 @@ sides set V := W. Pushes are unchanged.
 
 The down payload of a bucket (its down key, on the bucket's server; protocol.py):
     [ceil(n/16) code words | s | ||W - V||^2 | ||W||^2 | proof region (the round count first)]
-the two norms after the update, so that a worker can log ||W - V|| / ||W|| at no cost.
+the two norms after the update (every NORMS_EVERY-th round; the last ones in between), so
+that a worker can log ||W - V|| / ||W|| at no cost.
 
 The scale rule, chosen by measurement (docs/performance.md, "2-bit both ways"): s = the root
 mean square of e over the bucket (float64, as float32). A fixed threshold in weight space would
@@ -19,7 +20,7 @@ e holds the error not yet sent, a lagging V makes s grow until it catches up. Me
 the mean of |e| and twice it: the same error in steady state (0.72 of a step), and after a
 100x decay it catches up 5x faster than the mean.
 
-API: scale(e); DOWN_EXTRA; PULL_FP32, PULL_2BIT (the flag a payload row carries);
+API: scale(e); DOWN_EXTRA, NORMS_EVERY; PULL_FP32, PULL_2BIT (the flag a payload row carries);
 WorkerCopy(buckets, size).start(i, w) / decode(i, bucket, wire) / to_comm(i, bucket) / values() /
 set_values(v) / error(); ServerCopies().register(dk, wk, n, stored, weight) / after_update(wk, weight, flag) /
 resync(wk, weight) / values() / restore(values).
@@ -34,22 +35,14 @@ PULL_2BIT = 2.0  # ... or the codes of W - V
 
 
 def scale(e):
-    """The quantizer's scale for the change e (float32): the root mean square of e (in
-    float64, rounded to float32); 1.0 where e is all zeros (every code is 0 anyway)."""
-    e = e.astype(np.float64)
-    s = float(np.float32(np.sqrt(np.dot(e, e) / max(e.size, 1))))
+    """The quantizer's scale for the change e (float32): the root mean square of e (its sum
+    of squares in float64, einsum's fixed order, rounded to float32); 1.0 where e is all zeros
+    (every code is 0 anyway)."""
+    s = float(np.float32(np.sqrt(np.einsum("i,i->", e, e, dtype=np.float64) / max(e.size, 1))))
     return 1.0 if s == 0 else s
 
 
-def encode(e, s):
-    """(the codes of e at scale s as packed words, their decoded values): codes +s where
-    e >= s, -s where e <= -s, else 0 (MXNet's threshold rule, no residual of its own)."""
-    packed = np.zeros(codec.packed_size(e.size), np.uint32)
-    scratch = np.zeros(e.size, np.float32)
-    codec.quantize(e, scratch, packed, s)
-    decoded = np.zeros(e.size, np.float32)
-    codec.dequantize(packed, decoded, s)
-    return packed, decoded
+NORMS_EVERY = 8  # rounds between two computations of the norms a down payload carries (they cost a pass each)
 
 
 class ServerCopies:
@@ -60,6 +53,7 @@ class ServerCopies:
         self.v = {}         # weight key -> V (numpy float32, n values)
         self._stored = {}   # weight key -> the down key's stored data [codes | s | norms] (an NDArray view)
         self._words = {}    # weight key -> its code words
+        self._packed, self._zeros, self._down, self._rounds = {}, {}, {}, {}  # per weight key, made once
 
     def register(self, dk, wk, n, stored, weight):
         """The down key's stored array (MXNet keeps it for the job's life; pulls read it) and V
@@ -68,6 +62,10 @@ class ServerCopies:
         self.down_of[wk] = dk
         self._words[wk] = words
         self._stored[wk] = stored[0:words + DOWN_EXTRA]
+        self._packed[wk] = np.zeros(words, np.uint32)
+        self._zeros[wk] = np.zeros(n, np.float32)
+        self._down[wk] = np.zeros(words + DOWN_EXTRA, np.float32)
+        self._rounds[wk] = 0
         if wk not in self.v:  # (restored by a checkpoint before: kept)
             self.v[wk] = weight[0:n].asnumpy()
 
@@ -82,18 +80,21 @@ class ServerCopies:
         if flag != PULL_2BIT:
             raise ValueError("a payload row of key %d asks for pull %r (allowed: %g fp32, %g 2-bit)"
                              % (wk, flag, PULL_FP32, PULL_2BIT))
-        v = self.v[wk]
+        v, down, words = self.v[wk], self._down[wk], self._words[wk]
         w = weight[0:v.size].asnumpy()
         e = w - v
         s = scale(e)
         if not np.isfinite(s):
             raise FloatingPointError("the global weights of key %d are not finite: nothing to send to the workers" % wk)
-        packed, decoded = encode(e, s)
-        v += decoded
-        e -= decoded
-        down = np.empty(self._words[wk] + DOWN_EXTRA, np.float32)
-        codec.wire_encode(packed, down[:self._words[wk]])
-        down[-3:] = (s, np.dot(e.astype(np.float64), e), np.dot(w.astype(np.float64), w))
+        # e + 0 quantized at s: e keeps what the codes leave out (the error), V += their values
+        # (the very add every worker makes, so V stays bit-identical everywhere)
+        codec.quantize(self._zeros[wk], e, self._packed[wk], s)
+        codec.dequantize(self._packed[wk], v, s, accumulate=True)
+        codec.wire_encode(self._packed[wk], down[:words])
+        down[words] = s
+        self._rounds[wk] += 1
+        if self._rounds[wk] % NORMS_EVERY == 1:
+            down[words + 1:] = (np.einsum("i,i->", e, e, dtype=np.float64), np.einsum("i,i->", w, w, dtype=np.float64))
         codec.copy(down, self._stored[wk])
 
     def resync(self, wk, weight):

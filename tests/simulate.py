@@ -8,7 +8,7 @@ for bitsgd after warm-up, for cdsgd codes unless (t - n) % k == 0.
 2-bit both ways (pull={"buckets": ..., "resync_every": R}): every worker holds V, not W. After the
 global update of a step that pushed codes and is not a re-sync (cdsgd: every compressed step;
 bitsgd: (t - n) % R != 0), per bucket (its parameters' pieces back to back, as the engine lays
-them out): e = W(t+1) - V, s = the RMS of e (float64, as float32; 1 where it is 0), codes of
+them out): e = W(t+1) - V, s = the RMS of e (einsum in float64, as float32; 1 where 0), codes of
 e by the threshold rule at s, V += their values. Every other step: V = W(t+1). The worker's
 weights then come from V where they came from W.
 """
@@ -116,8 +116,7 @@ def pulled(W, held, pull, compressed):
         w = np.concatenate([W[i].reshape(-1)[b:e] for i, b, e in pieces])
         v = np.concatenate([held[i].reshape(-1)[b:e] for i, b, e in pieces])
         e_ = w - v
-        e64 = e_.astype(np.float64)
-        scale = float(np.float32(np.sqrt(np.dot(e64, e64) / e64.size)))
+        scale = float(np.float32(np.sqrt(np.einsum("i,i->", e_, e_, dtype=np.float64) / e_.size)))
         scale = 1.0 if scale == 0 else scale
         packed, _ = ref.quantize(e_, np.zeros_like(e_), scale)
         v = v + ref.dequantize(packed, e_.size, scale)

@@ -67,7 +67,7 @@ def test_check_servers_names_a_stock_server_and_a_foreign_secret():
 
 
 SETTINGS = {"algorithm": "cdsgd", "k": 2, "warmup_steps": 5, "threshold": 0.5, "nonfinite": "error",
-            "bucket_size": 1024, "aggregate": False}
+            "bucket_size": 1024, "aggregate": False, "pull_compression": "none", "resync_every": 10}
 
 
 def test_check_agreement_names_each_field_and_rank_that_differs():
@@ -81,6 +81,14 @@ def test_check_agreement_names_each_field_and_rank_that_differs():
         guards.check_agreement(FakeBackend(rows=[other]), SETTINGS, sets, ["w", "b"])
     assert str(e.value) == ("workers disagree on the configuration: algorithm is 'cdsgd' on rank 0, 'ssgd' on rank 1; "
                             "k is 2 on rank 0, 3 on rank 1; parameter names differ")
+
+    def pulls_2bit(row):
+        row[11] = 1  # pull_compression '2bit' on rank 1
+        return row
+    with pytest.raises(ConfigError) as e:
+        guards.check_agreement(FakeBackend(rows=[pulls_2bit]), SETTINGS, sets, ["w", "b"])
+    assert str(e.value) == ("workers disagree on the configuration: pull_compression is 'none' on rank 0, '2bit' on "
+                            "rank 1")
 
 
 def test_nonfinite_error_names_the_parameter_and_the_step():

@@ -59,3 +59,18 @@ def test_bad_costs(field):
     args[field] = -1
     with pytest.raises(ValueError, match="%s must be a number >= 0" % field):
         tm.Costs(**args)
+
+
+def test_a_2bit_pull_term():
+    """psi_pull (issue 29): compressed iterations cost delta + psi_pull with 2-bit pulls; CD-SGD's
+    corrections stay phi; without it measured, asking for it is an error."""
+    c = tm.calibrate(10.0, 100.0, 60.0, compress_ms=5.0, pull_round_ms=15.0)
+    assert c.psi == 55.0 and c.psi_pull == 10.0
+    assert tm.t_bit(c, pull=True) == 10.0 + 5.0 + 10.0
+    assert tm.mean_t_cd(c, 5, pull=True) == (4 * 15.0 + 100.0) / 5  # communication dominates
+    p = tm.predict(c, 5)
+    assert p["bitsgd_2bit"] == 25.0 and p["cdsgd_2bit"] == (4 * 15.0 + 100.0) / 5 and p["cdsgd"] == (4 * 60 + 100) / 5
+    assert tm.choose_k(c, pull=True) >= tm.choose_k(c)  # cheaper compressed rounds: fewer corrections pay
+    with pytest.raises(ValueError, match="psi_pull"):
+        tm.t_bit(tm.calibrate(10.0, 100.0, 60.0), pull=True)
+    assert "bitsgd_2bit" not in tm.predict(tm.calibrate(10.0, 100.0, 60.0), 5)

@@ -33,6 +33,7 @@ import time
 from . import mark_fresh
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
+BOTH_WAYS = ["bitsgd_2bit", "cdsgd_2bit"]  # --interleaved only: with 2-bit pulls (pull_compression='2bit')
 COMM_ROUNDS = 4  # --interleaved: rounds of each kind alone per cycle (phi, psi + delta)
 
 
@@ -69,10 +70,13 @@ def worker(args):
     name = "interleaved" if args.interleaved else args.algorithm
     trace = os.path.join(args.trace_dir, "%s.json" % name) if args.trace_dir else "/dev/null"
     # interleaved: built as cdsgd (every buffer), the schedule says what each step runs
+    # (with a 2-bit pull algorithm among them, every compressed push carries the pull flag and
+    # the servers copy V := W after the one-way rounds: a little more than those cost alone)
+    pull = "2bit" if args.interleaved and any(a in BOTH_WAYS for a in args.algorithms.split(",")) else "none"
     trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9},
                                algorithm="cdsgd" if args.interleaved else args.algorithm, k=args.k,
                                warmup_steps=0 if args.interleaved else args.warmup,
-                               threshold=args.threshold, trace=trace)
+                               threshold=args.threshold, trace=trace, pull_compression=pull)
     kv = trainer.kvstore
     x = mx.nd.array(np.random.RandomState(kv.rank).randn(args.batch, *shape).astype(np.float32))
     y = mx.nd.array(np.random.RandomState(kv.rank).randint(0, classes, args.batch).astype(np.float32))
@@ -139,8 +143,11 @@ def interleaved(args, net, trainer, fwd_bwd):
     block = 1 + 2 * args.k  # timed: the last 2k steps (two of CD-SGD's corrections waited)
     cycles = -(-args.iterations // (block - 1))
 
+    def begin(algorithm):
+        schedule.begin(kv.steps_done, algorithm.replace("_2bit", ""), "2bit" if algorithm in BOTH_WAYS else "none")
+
     def run_block(algorithm, steps, stamps=None):
-        schedule.begin(kv.steps_done, algorithm)
+        begin(algorithm)
         first = kv.steps_done
         for i in range(steps):
             loss = fwd_bwd(kv.steps_done)
@@ -151,7 +158,7 @@ def interleaved(args, net, trainer, fwd_bwd):
         return first
 
     def comm_round(algorithm):
-        schedule.begin(kv.steps_done, algorithm)
+        begin(algorithm)
         t0 = time.perf_counter()
         mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
         trainer.step(args.batch)
@@ -160,7 +167,8 @@ def interleaved(args, net, trainer, fwd_bwd):
 
     for algorithm in algorithms:  # untimed: every path once (first calls, allocations)
         run_block(algorithm, max(2, args.warmup))
-    tau, comm = [], {"ssgd": [], "bitsgd": []}
+    kinds = ("ssgd", "bitsgd") + (("bitsgd_2bit",) if kv.pull_compression == "2bit" else ())
+    tau, comm = [], {kind: [] for kind in kinds}
     per_cycle = []
     steps_of = {a: [] for a in algorithms}
     for c in range(cycles):
@@ -172,8 +180,8 @@ def interleaved(args, net, trainer, fwd_bwd):
             tau.append(1e3 * (time.perf_counter() - t0))
         for p in trained:  # the rounds alone push zeros (no forward/backward)
             p.zero_grad()
-        for r in range(2 * COMM_ROUNDS):
-            kind = ("ssgd", "bitsgd")[r % 2]
+        for r in range(len(kinds) * COMM_ROUNDS):
+            kind = kinds[r % len(kinds)]
             comm[kind].append(comm_round(kind))
         times = {}
         for algorithm in algorithms[c % len(algorithms):] + algorithms[:c % len(algorithms)]:
@@ -192,6 +200,7 @@ def interleaved(args, net, trainer, fwd_bwd):
             "params": sum(int(np.prod(p.shape)) for p in net.collect_params().values()),
             "cycles": cycles, "block": block, "tau_ms": statistics.mean(tau),
             "phi_ms": statistics.median(comm["ssgd"]), "psi_plus_delta_ms": statistics.median(comm["bitsgd"]),
+            "psi_pull_plus_delta_ms": statistics.median(comm["bitsgd_2bit"]) if "bitsgd_2bit" in comm else None,
             # the median over cycles: a cycle that another process slowed moves it least
             "iter_ms": {a: statistics.median(t[a] for t in per_cycle) for a in algorithms},
             "cycle_iter_ms": per_cycle,
@@ -264,8 +273,12 @@ def leader(args):
         results = separate_results(args)
         phi, psi = results.pop("ssgd_comm")["iter_ms"], results.pop("bitsgd_comm")["iter_ms"]
     comm_cd = ((args.k - 1) * psi + phi) / args.k  # the paper's eq. 6 averaged over k steps
+    psi_pull = job.get("psi_pull_plus_delta_ms") if args.interleaved else None
     if args.json:
-        print(json.dumps({"phi_ms": phi, "psi_plus_delta_ms": psi, "cdsgd_comm_ms": comm_cd}), flush=True)
+        costs = {"phi_ms": phi, "psi_plus_delta_ms": psi, "cdsgd_comm_ms": comm_cd}
+        if psi_pull is not None:
+            costs["psi_pull_plus_delta_ms"] = psi_pull
+        print(json.dumps(costs), flush=True)
         return results
     print("\nlink: %s, %d workers, %d server(s), %d parameters, batch %d, k=%d" % (
         args.bandwidth or "unshaped loopback", args.workers, args.servers,
@@ -274,10 +287,12 @@ def leader(args):
           " CD-SGD mean ((k-1)(psi+delta) + phi)/k = %.1f ms" % (phi, psi, comm_cd))
     from .. import timemodel
     tau = sum(r["compute_ms"] for r in results.values()) / len(results)
-    predicted = timemodel.predict(timemodel.calibrate(tau, phi, psi), args.k)
-    print("%-8s %12s %16s %12s %16s" % ("algorithm", "iter ms", "model (eqs 2-7)", "compute ms", "pushed KB/step"))
+    if psi_pull is not None:
+        print("2-bit round with a 2-bit pull (psi_pull + delta) %.1f ms" % psi_pull)
+    predicted = timemodel.predict(timemodel.calibrate(tau, phi, psi, pull_round_ms=psi_pull), args.k)
+    print("%-11s %12s %16s %12s %16s" % ("algorithm", "iter ms", "model (eqs 2-7)", "compute ms", "pushed KB/step"))
     for alg, r in results.items():
-        print("%-8s %12.1f %16.1f %12.1f %16.1f" % (alg, r["iter_ms"], predicted[alg], r["compute_ms"],
+        print("%-11s %12.1f %16.1f %12.1f %16.1f" % (alg, r["iter_ms"], predicted[alg], r["compute_ms"],
                                                    r["bytes_per_step"] / 1e3))
     if "cdsgd" in results:
         cd = results["cdsgd"]
@@ -289,6 +304,12 @@ def leader(args):
                 if args.interleaved:
                     print("    per cycle: %s" % ", ".join("%.2f" % (a / b) for a, b in zip(
                         cd["cycle_iter_ms"], results[other]["cycle_iter_ms"])))
+    if "cdsgd_2bit" in results and "cdsgd" in results:  # issue 29: both ways against one way, same job
+        both, one = results["cdsgd_2bit"], results["cdsgd"]
+        print("cdsgd_2bit / cdsgd iteration time = %.2f (goal < 1 on a slow link)" % (both["iter_ms"] / one["iter_ms"]))
+        if args.interleaved:
+            print("    per cycle: %s" % ", ".join("%.2f" % (a / b) for a, b in zip(both["cycle_iter_ms"],
+                                                                                  one["cycle_iter_ms"])))
     if args.interleaved:
         print("timed in one job: %d cycles, each algorithm a block of %d steps per cycle (the first not timed)"
               % (job["cycles"], job["block"]))
@@ -323,7 +344,7 @@ def main(argv=None):
     from .. import models
     if args.model != "mlp" and args.model not in models.INPUT_SHAPES:
         ap.error("--model must be mlp or one of %s, got %r" % (", ".join(models.INPUT_SHAPES), args.model))
-    bad = [a for a in args.algorithms.split(",") if a not in ALGORITHMS]
+    bad = [a for a in args.algorithms.split(",") if a not in ALGORITHMS + (BOTH_WAYS if args.interleaved else [])]
     if bad:
         ap.error("--algorithms: %s not one of %s" % (", ".join(bad), ", ".join(ALGORITHMS)))
     for name in ("workers", "servers", "params", "iterations", "batch", "k"):
