@@ -90,6 +90,8 @@ def main(argv=None):
     ap.add_argument("--bandwidth", default=DEFAULT_LINK,
                     help="emulated link, tc syntax (100mbit, 1gbit), or 'none' for the plain loopback "
                          "(default %(default)s where a network namespace can be made)")
+    ap.add_argument("--pull-compression", default="none", choices=["none", "2bit"],
+                    help="2bit: BIT-SGD and CD-SGD pull 2-bit codes too (2 bits both ways)")
     args = ap.parse_args(argv)
     if args.bandwidth != "none" and not RATE_RE.match(args.bandwidth):
         ap.error("--bandwidth must be a tc rate such as 100mbit or 1gbit, or none, got %r" % args.bandwidth)
@@ -114,7 +116,8 @@ def main(argv=None):
         print("data: MNIST from %s" % data.ensure("mnist"))
     except data.DataMissing as e:
         sys.exit("demo: %s" % e)
-    results = [run_job(a, args.workers, args.servers, args.iterations, [], link) for a in algorithms]
+    both = lambda a: ["--pull-compression", "2bit"] if args.pull_compression == "2bit" and a in ("bitsgd", "cdsgd") else []
+    results = [run_job(a, args.workers, args.servers, args.iterations, both(a), link) for a in algorithms]
     print("\n%-8s %14s %14s %18s %12s" % ("algorithm", "test accuracy", "ms/iteration", "MB pushed/worker", "final loss"))
     for r in results:
         print("%-8s %13.2f%% %14.1f %18.1f %12.4f" % (r["algorithm"], 100 * r["test_accuracy"], r["iter_ms"],

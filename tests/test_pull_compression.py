@@ -180,3 +180,50 @@ def _bucket(n):
     b = buckets.Bucket(0, n, 0, 7, 8)
     b.comm = mx.nd.zeros((n,))
     return b
+
+
+def test_in_one_process_the_trainer_trains_and_reports_the_pull_error():
+    """kvstore='local': the same server code in process. The loss falls with 2-bit pulls, the
+    weights in use differ from W by the logged relative error, and without them there is none."""
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    import cdsgd_mx
+    rng = np.random.RandomState(0)
+    X, Y = mx.nd.array(rng.randn(256, 20)), mx.nd.array(rng.randint(0, 4, 256))
+    losses = {}
+    for pull in ("none", "2bit"):
+        mx.random.seed(1)
+        net = gluon.nn.Dense(4)
+        net.initialize(mx.init.Xavier())
+        net(X[:1])
+        tr = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.2}, kvstore="local",
+                              algorithm="bitsgd", warmup_steps=2, pull_compression=pull, resync_every=4)
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        for t in range(30):
+            with autograd.record():
+                loss = loss_fn(net(X), Y)
+            loss.backward()
+            tr.step(256)
+            if t == 0:
+                first = float(loss.mean().asnumpy())
+        tr.kvstore.wait_all()
+        losses[pull] = float(loss.mean().asnumpy())
+        assert losses[pull] < first - 0.1, (pull, first, losses)
+        if pull == "none":
+            assert tr.kvstore.pull_error is None
+            continue
+        assert 0 < tr.kvstore.pull_error < 0.1
+        w = np.concatenate([tr.kvstore.global_weights(i).asnumpy().reshape(-1) for i in range(len(tr._params))])
+        x = np.concatenate([p.data().asnumpy().reshape(-1) for p in tr._params])
+        assert not np.array_equal(w, x)  # the last step pulled codes: V, not W
+        assert np.linalg.norm(w - x) < 0.1 * np.linalg.norm(w)
+    assert abs(losses["2bit"] - losses["none"]) < 0.05, losses
+
+
+def test_a_training_config_checks_pull_compression():
+    from cdsgd_mx.experiments import config as C
+    with pytest.raises(C.ConfigError, match="pull_compression must be one of none, 2bit, got 'yes'"):
+        C.validate({"pull_compression": "yes"})
+    with pytest.raises(C.ConfigError, match="pull_compression: '2bit' needs algorithm bitsgd or cdsgd, got 'odsgd'"):
+        C.validate({"pull_compression": "2bit", "algorithm": "odsgd"})
+    assert C.validate({"pull_compression": "2bit", "algorithm": "bitsgd", "resync_every": 5}).resync_every == 5

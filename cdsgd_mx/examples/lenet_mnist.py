@@ -49,6 +49,8 @@ def main(argv=None):
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--trace", default=None, help="write a chrome-trace JSON of rank 0 here")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pull-compression", default="none", choices=["none", "2bit"],
+                    help="2bit: 2 bits both ways (bitsgd, cdsgd)")
     args = ap.parse_args(argv)
 
     mx.random.seed(args.seed)
@@ -59,6 +61,7 @@ def main(argv=None):
     trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": args.momentum},
                                kvstore=args.kvstore, algorithm=args.algorithm, k=args.k, warmup_steps=args.warmup,
                                threshold=args.threshold, local_optimizer_params={"learning_rate": args.local_lr},
+                               pull_compression=args.pull_compression,
                                trace=args.trace)
     rank, workers = trainer.kvstore.rank, trainer.kvstore.num_workers
     if rank != 0 and args.trace:
