@@ -21,7 +21,7 @@ class FakeBackend:
     def wire_row(self, key):
         return np.zeros(3, np.float32)  # the payload row: 40 values' codes in 3 words
 
-    def bucket_applied(self, bucket):
+    def bucket_applied(self, bucket, down=False):
         self.calls.append(("bucket_applied", bucket.weight_key))
         if self.drops:
             self.drops -= 1
@@ -41,8 +41,8 @@ class FakeCompressor:
 
 
 class FakeSet:
-    """One bucket of 40 values."""
-    region, device = 0, None
+    """One bucket of 40 values (no 2-bit pulls: no copy of the weights)."""
+    region, device, copy = 0, None, None
 
     def __init__(self):
         b = Bucket(offset=0, size=40, server=0, weight_key=4, payload_key=5, slots=[Slot(0, 0, 40, 0, 0)])
