@@ -164,9 +164,9 @@ class BucketSet:
         self.copy = None                  # pull_compression.WorkerCopy: V, with 2-bit pulls
         self.down_buf = None
         if pull:
-            from .pull_compression import DOWN_EXTRA, WorkerCopy
+            from .pull_compression import WorkerCopy, down_size
             self.copy = WorkerCopy(buckets, self.size)
-            widths = [b.words + DOWN_EXTRA + region for b in buckets]
+            widths = [down_size(b.size) + region for b in buckets]
             self.down_buf = mx.nd.zeros((sum(widths),), ctx=self.ctx)
             at = 0
             for b, width in zip(buckets, widths):

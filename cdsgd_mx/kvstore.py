@@ -37,7 +37,7 @@ from .compression import Compressor
 from .config import DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
 from .gluon_rules import GluonRules
 from .local_update import LocalUpdate
-from .pull_compression import DOWN_EXTRA
+from .pull_compression import down_size, relative_error
 from .rounds import RoundRunner
 from .schedule import COMPRESSING, DELAYED, Schedule
 from .step import StepEngine
@@ -252,7 +252,7 @@ class CDSGD(KVStoreBase):
         if self.algorithm in COMPRESSING:
             self._backend.init_payloads(plan, pull)
         if pull:
-            self._backend.init([b.down_key for b in plan], [mx.nd.zeros((b.words + DOWN_EXTRA,)) for b in plan])
+            self._backend.init([b.down_key for b in plan], [mx.nd.zeros((down_size(b.size),)) for b in plan])
         for b in plan:
             self._backend.pull(b.weight_key, b.comm_wire)
         bset.scatter("comm")  # W(0) stays in comm_buf: a delayed first step starts from it
@@ -413,9 +413,7 @@ class CDSGD(KVStoreBase):
         (the error the servers keep, relative to the weights); None without."""
         if self.pull_compression == "none" or not self._sets:
             return None
-        e2 = sum(float(bset.copy.norms[:, 0].sum()) for bset in self._sets)
-        w2 = sum(float(bset.copy.norms[:, 1].sum()) for bset in self._sets)
-        return float(np.sqrt(e2 / w2)) if w2 > 0 else 0.0
+        return relative_error(np.concatenate([bset.copy.norms for bset in self._sets]))
 
     def global_weights(self, key):
         """W: the current global weights of parameter `key`, pulled from the servers."""

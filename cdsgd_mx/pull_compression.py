@@ -20,7 +20,7 @@ e holds the error not yet sent, a lagging V makes s grow until it catches up. Me
 the mean of |e| and twice it: the same error in steady state (0.72 of a step), and after a
 100x decay it catches up 5x faster than the mean.
 
-API: scale(e); DOWN_EXTRA, NORMS_EVERY; PULL_FP32, PULL_2BIT (the flag a payload row carries);
+API: scale(e); down_size(n); relative_error(norms); DOWN_EXTRA, NORMS_EVERY; PULL_FP32, PULL_2BIT (the flag a payload row carries);
 WorkerCopy(buckets, size).start(i, w) / decode(i, bucket, wire) / to_comm(i, bucket) / values() /
 set_values(v) / error(); ServerCopies().register(dk, wk, n, stored, weight) / after_update(wk, weight, flag) /
 resync(wk, weight) / values() / restore(values).
@@ -32,6 +32,17 @@ from . import codec
 DOWN_EXTRA = 3   # floats after the codes: s, ||W - V||^2, ||W||^2
 PULL_FP32 = 1.0  # the flag in a payload row: this round pulls fp32 W (re-sync: V := W)
 PULL_2BIT = 2.0  # ... or the codes of W - V
+
+
+def down_size(n):
+    """Values of a bucket's down payload before its proof region (n: the bucket's values)."""
+    return codec.packed_size(n) + DOWN_EXTRA
+
+
+def relative_error(norms):
+    """||W - V|| / ||W|| from rows of (||W - V||^2, ||W||^2), one per bucket."""
+    e2, w2 = np.asarray(norms, np.float64).reshape(-1, 2).sum(axis=0)
+    return float(np.sqrt(e2 / w2)) if w2 > 0 else 0.0
 
 
 def scale(e):
@@ -49,8 +60,8 @@ class ServerCopies:
     """A server's V per bucket and the down payload it writes after each round (server.py)."""
 
     def __init__(self):
-        self.down_of = {}   # weight key -> its down key
         self.v = {}         # weight key -> V (numpy float32, n values)
+        self.stored = {}    # weight key -> the down key's whole stored array (its round count after the data)
         self._stored = {}   # weight key -> the down key's stored data [codes | s | norms] (an NDArray view)
         self._words = {}    # weight key -> its code words
         self._packed, self._zeros, self._down, self._rounds = {}, {}, {}, {}  # per weight key, made once
@@ -59,18 +70,25 @@ class ServerCopies:
         """The down key's stored array (MXNet keeps it for the job's life; pulls read it) and V
         = the bucket's weights now (W(0): no round has run)."""
         words = codec.packed_size(n)
-        self.down_of[wk] = dk
+        self.stored[wk] = stored
         self._words[wk] = words
-        self._stored[wk] = stored[0:words + DOWN_EXTRA]
+        self._stored[wk] = stored[0:down_size(n)]
         self._packed[wk] = np.zeros(words, np.uint32)
         self._zeros[wk] = np.zeros(n, np.float32)
-        self._down[wk] = np.zeros(words + DOWN_EXTRA, np.float32)
+        self._down[wk] = np.zeros(down_size(n), np.float32)
         self._rounds[wk] = 0
         if wk not in self.v:  # (restored by a checkpoint before: kept)
             self.v[wk] = weight[0:n].asnumpy()
 
     def __contains__(self, wk):
-        return wk in self.down_of
+        return wk in self.stored
+
+    def count_place(self, wk):
+        """(the down key's stored array, the index of its round count) of weight key wk, or None
+        without 2-bit pulls: the server's count goes there too (proofs.ServerProofs.count_round)."""
+        if wk not in self.stored:
+            return None
+        return self.stored[wk], self._words[wk] + DOWN_EXTRA
 
     def after_update(self, wk, weight, flag):
         """After a compressed round's global update: the codes of W(t+1) - V into the down key
@@ -138,8 +156,7 @@ class WorkerCopy:
 
     def error(self):
         """||W - V|| / ||W|| over the set, after each bucket's last compressed pull."""
-        e2, w2 = self.norms.sum(axis=0)
-        return float(np.sqrt(e2 / w2)) if w2 > 0 else 0.0
+        return relative_error(self.norms)
 
     def values(self):
         return self.v.copy()

@@ -99,8 +99,8 @@ class RoundRunner:
             return b.dev_comm
         return b.loc if self.schedule.delayed(t) else b.grad
 
-    def payload_bytes(self, b, bset=None):
-        pull_flag = 1 if bset is not None and bset.copy is not None else 0
+    def payload_bytes(self, b, bset):
+        pull_flag = 1 if bset.copy is not None else 0  # 2-bit pulls: the round's pull flag
         return 4 * (b.words + pull_flag + (auth.TAG_FLOATS if self.backend.region else 0)) + 8  # + the row index
 
     def _pull(self, bset, t, after_acks, down=False):

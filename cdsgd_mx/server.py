@@ -60,7 +60,7 @@ import traceback
 import numpy as np
 
 from . import auth, codec, heartbeat, proofs, protocol
-from .pull_compression import DOWN_EXTRA, ServerCopies
+from .pull_compression import ServerCopies
 from .server_update import GlobalUpdate
 
 COMMAND_PREFIX = "cdsgd:"
@@ -202,7 +202,7 @@ class ServerState:
                 self.copies.resync(key, weight)
         (whole if self.region else weight).wait_to_read()  # pulls read the store without waiting for the engine
         if self.region:
-            self.proofs.count_round(key, whole, n, self._down_store(key))
+            self.proofs.count_round(key, whole, n, self.copies.count_place(key))
             self._log_copy(key)
 
     def handshake_answer(self, key, rows):
@@ -312,7 +312,7 @@ class ServerState:
         if pull:  # the codes of W(t+1) - V for the workers' pull, or V := W
             self.copies.after_update(wk, weight, flags.pop())
         if self.region:
-            self.proofs.count_round(wk, weight, n, self._down_store(wk))
+            self.proofs.count_round(wk, weight, n, self.copies.count_place(wk))
             self._log_copy(wk)
 
     def _log_copy(self, wk):
@@ -320,13 +320,6 @@ class ServerState:
             import zlib
             with open("%s.server%d" % (self.copy_log, self.rank), "a") as f:
                 f.write("%d %d %d\n" % (wk, self.proofs.rounds[wk], zlib.crc32(self.copies.v[wk].tobytes())))
-
-    def _down_store(self, wk):
-        """(the down key's stored array, where its count goes) of weight key wk, or None."""
-        dk = self.copies.down_of.get(wk)
-        if dk is None:
-            return None
-        return self.weights[dk], codec.packed_size(self.downs[dk][1]) + DOWN_EXTRA
 
 
 def _controller(state, kv):

@@ -226,4 +226,5 @@ def test_a_training_config_checks_pull_compression():
         C.validate({"pull_compression": "yes"})
     with pytest.raises(C.ConfigError, match="pull_compression: '2bit' needs algorithm bitsgd or cdsgd, got 'odsgd'"):
         C.validate({"pull_compression": "2bit", "algorithm": "odsgd"})
-    assert C.validate({"pull_compression": "2bit", "algorithm": "bitsgd", "resync_every": 5}).resync_every == 5
+    assert C.validate({"pull_compression": "2bit", "algorithm": "bitsgd", "resync_every": 5,
+                       "iterations": 10}).resync_every == 5

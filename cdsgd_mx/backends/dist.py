@@ -10,6 +10,7 @@ import mxnet as mx
 import numpy as np
 
 from .. import auth, heartbeat, optimizer_spec, proofs, protocol
+from ..pull_compression import down_size
 from ..server import COMMAND_PREFIX, START_MESSAGE
 from .base import MAX_RESENDS, Backend, dropped, registration
 
@@ -193,7 +194,7 @@ class DistBackend(Backend):
             self.round_trip(b.weight_key, np.zeros(b.size, np.float32))
         for b in buckets:
             if b.down_key is not None:
-                self.round_trip(b.down_key, np.zeros(b.down_wire.size - self.region, np.float32))
+                self.round_trip(b.down_key, np.zeros(down_size(b.size), np.float32))
         self.kv._barrier()
 
     def assign(self, values):
