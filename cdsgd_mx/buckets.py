@@ -166,7 +166,7 @@ class BucketSet:
         if pull:
             from .pull_compression import WorkerCopy, down_size
             self.copy = WorkerCopy(buckets, self.size)
-            widths = [down_size(b.size) + region for b in buckets]
+            widths = [down_size(b.size, len(b.slots)) + region for b in buckets]
             self.down_buf = mx.nd.zeros((sum(widths),), ctx=self.ctx)
             at = 0
             for b, width in zip(buckets, widths):

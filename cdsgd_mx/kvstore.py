@@ -252,7 +252,7 @@ class CDSGD(KVStoreBase):
         if self.algorithm in COMPRESSING:
             self._backend.init_payloads(plan, pull)
         if pull:
-            self._backend.init([b.down_key for b in plan], [mx.nd.zeros((down_size(b.size),)) for b in plan])
+            self._backend.init([b.down_key for b in plan], [mx.nd.zeros((down_size(b.size, len(b.slots)),)) for b in plan])
         for b in plan:
             self._backend.pull(b.weight_key, b.comm_wire)
         bset.scatter("comm")  # W(0) stays in comm_buf: a delayed first step starts from it

@@ -2,41 +2,56 @@
 2-bit codes of the weights' change instead of fp32 W, with the error kept on the server.
 
 For each bucket the server keeps V, the weights every worker holds. After the round's global
-update it quantizes e = W(t+1) - V with a scale s that follows the size of e (scale()), sends
-the codes q (ternary16 words, as a push's), and V += decode(q) on the server and on every worker
-alike, so V stays bit-identical everywhere and W - V is the server's error feedback. A re-sync
+update it quantizes e = W(t+1) - V, each parameter's piece with its own scale s_p that follows
+the size of its change (scale()): codes +1 where e / s_p >= 1, -1 where <= -1, else 0; it sends
+the codes (ternary16 words, as a push's) and the scales, and V += code * s_p on the server and on
+every worker alike, so V stays bit-identical everywhere and W - V is the server's error feedback. A re-sync
 round (CD-SGD's k-step correction; BIT-SGD's every resync_every-th step) pulls fp32 W and both
 sides set V := W. Pushes are unchanged.
 
 The down payload of a bucket (its down key, on the bucket's server; protocol.py):
-    [ceil(n/16) code words | s | ||W - V||^2 | ||W||^2 | proof region (the round count first)]
+    [ceil(n/16) code words | s_p per piece | ||W - V||^2 | ||W||^2 | proof region (the round count first)]
 the two norms after the update (every NORMS_EVERY-th round; the last ones in between), so
 that a worker can log ||W - V|| / ||W|| at no cost.
 
-The scale rule, chosen by measurement (docs/performance.md, "2-bit both ways"): s = the root
-mean square of e over the bucket (float64, as float32). A fixed threshold in weight space would
-round every change to 0 after a learning-rate decay; the RMS follows the change down, and since
-e holds the error not yet sent, a lagging V makes s grow until it catches up. Measured against
-the mean of |e| and twice it: the same error in steady state (0.72 of a step), and after a
-100x decay it catches up 5x faster than the mean.
+The scale rule, chosen by measurement (docs/performance.md, "2 bits both ways"): s_p = the root
+mean square of e over the parameter's piece (float64, as float32). A fixed threshold in weight
+space would round every change to 0 after a learning-rate decay; the RMS follows the change
+down, and since e holds the error not yet sent, a lagging V makes s grow until it catches up.
+Measured against the mean of |e| and twice it: the same error in steady state (0.72 of a step),
+and after a 100x decay it catches up 5x faster than the mean. Per parameter, not per bucket: one
+scale for a bucket is set by its parameters with the largest changes, and Inception-BN's small
+biases and betas then held V 40-55% away from W (fig7 --quick lost 26 pp; docs/reproduction.md).
 
-API: scale(e); down_size(n); relative_error(norms); DOWN_EXTRA, NORMS_EVERY; PULL_FP32, PULL_2BIT (the flag a payload row carries);
-WorkerCopy(buckets, size).start(i, w) / decode(i, bucket, wire) / to_comm(i, bucket) / values() /
-set_values(v) / error(); ServerCopies().register(dk, wk, n, stored, weight) / after_update(wk, weight, flag) /
-resync(wk, weight) / values() / restore(values).
+API: scale(e); down_size(n, pieces); pieces_of(bucket); relative_error(norms); NORMS_EVERY; PULL_FP32,
+PULL_2BIT (the flag a payload row carries); WorkerCopy(buckets, size).start(i, w) / decode(i, bucket,
+wire) / to_comm(i, bucket) / values() / set_values(v) / error(); ServerCopies().register(dk, wk, n,
+pieces, stored, weight) / after_update(wk, weight, flag) / resync(wk, weight) / count_place(wk) /
+values() / restore(values).
 """
 import numpy as np
 
 from . import codec
 
-DOWN_EXTRA = 3   # floats after the codes: s, ||W - V||^2, ||W||^2
+NORMS = 2        # floats after the scales: ||W - V||^2, ||W||^2
 PULL_FP32 = 1.0  # the flag in a payload row: this round pulls fp32 W (re-sync: V := W)
 PULL_2BIT = 2.0  # ... or the codes of W - V
 
 
-def down_size(n):
-    """Values of a bucket's down payload before its proof region (n: the bucket's values)."""
-    return codec.packed_size(n) + DOWN_EXTRA
+def down_size(n, pieces):
+    """Values of a bucket's down payload before its proof region (n values in `pieces`
+    parameters' pieces)."""
+    return codec.packed_size(n) + pieces + NORMS
+
+
+def pieces_of(bucket):
+    """[(begin, end)] of the bucket's parameters' pieces, within the bucket."""
+    return [(s.offset - bucket.offset, s.offset - bucket.offset + s.size) for s in bucket.slots]
+
+
+def _spread(scales, sizes):
+    """Each value's scale: its piece's (float32)."""
+    return np.repeat(np.asarray(scales, np.float32), sizes)
 
 
 def relative_error(norms):
@@ -64,18 +79,21 @@ class ServerCopies:
         self.stored = {}    # weight key -> the down key's whole stored array (its round count after the data)
         self._stored = {}   # weight key -> the down key's stored data [codes | s | norms] (an NDArray view)
         self._words = {}    # weight key -> its code words
-        self._packed, self._zeros, self._down, self._rounds = {}, {}, {}, {}  # per weight key, made once
+        self._pieces = {}   # weight key -> [(begin, end)] of its parameters' pieces
+        self._packed, self._zeros, self._unit, self._down, self._rounds = {}, {}, {}, {}, {}  # made once
 
-    def register(self, dk, wk, n, stored, weight):
-        """The down key's stored array (MXNet keeps it for the job's life; pulls read it) and V
-        = the bucket's weights now (W(0): no round has run)."""
-        words = codec.packed_size(n)
+    def register(self, dk, wk, n, pieces, stored, weight):
+        """The down key's stored array (MXNet keeps it for the job's life; pulls read it), the
+        bucket's pieces [(begin, end)], and V = the bucket's weights now (W(0): no round has run)."""
+        words, size = codec.packed_size(n), down_size(n, len(pieces))
         self.stored[wk] = stored
         self._words[wk] = words
-        self._stored[wk] = stored[0:down_size(n)]
+        self._pieces[wk] = [(int(b), int(e)) for b, e in pieces]
+        self._stored[wk] = stored[0:size]
         self._packed[wk] = np.zeros(words, np.uint32)
         self._zeros[wk] = np.zeros(n, np.float32)
-        self._down[wk] = np.zeros(down_size(n), np.float32)
+        self._unit[wk] = np.zeros(n, np.float32)
+        self._down[wk] = np.zeros(size, np.float32)
         self._rounds[wk] = 0
         if wk not in self.v:  # (restored by a checkpoint before: kept)
             self.v[wk] = weight[0:n].asnumpy()
@@ -88,7 +106,7 @@ class ServerCopies:
         without 2-bit pulls: the server's count goes there too (proofs.ServerProofs.count_round)."""
         if wk not in self.stored:
             return None
-        return self.stored[wk], self._words[wk] + DOWN_EXTRA
+        return self.stored[wk], self._down[wk].size
 
     def after_update(self, wk, weight, flag):
         """After a compressed round's global update: the codes of W(t+1) - V into the down key
@@ -98,21 +116,25 @@ class ServerCopies:
         if flag != PULL_2BIT:
             raise ValueError("a payload row of key %d asks for pull %r (allowed: %g fp32, %g 2-bit)"
                              % (wk, flag, PULL_FP32, PULL_2BIT))
-        v, down, words = self.v[wk], self._down[wk], self._words[wk]
+        v, down, words, pieces = self.v[wk], self._down[wk], self._words[wk], self._pieces[wk]
         w = weight[0:v.size].asnumpy()
         e = w - v
-        s = scale(e)
-        if not np.isfinite(s):
+        scales = [scale(e[b:end]) for b, end in pieces]
+        if not np.all(np.isfinite(scales)):
             raise FloatingPointError("the global weights of key %d are not finite: nothing to send to the workers" % wk)
-        # e + 0 quantized at s: e keeps what the codes leave out (the error), V += their values
-        # (the very add every worker makes, so V stays bit-identical everywhere)
-        codec.quantize(self._zeros[wk], e, self._packed[wk], s)
-        codec.dequantize(self._packed[wk], v, s, accumulate=True)
+        # e / s_p quantized at 1 (no residual of its own: e + 0), then V += code * s_p, the very
+        # operations every worker makes, so V stays bit-identical everywhere
+        s = _spread(scales, [end - b for b, end in pieces])
+        codec.quantize(self._zeros[wk], e / s, self._packed[wk], 1.0)
+        codec.dequantize(self._packed[wk], self._unit[wk], 1.0)
+        step = self._unit[wk] * s
+        v += step
         codec.wire_encode(self._packed[wk], down[:words])
-        down[words] = s
+        down[words:words + len(pieces)] = scales
         self._rounds[wk] += 1
-        if self._rounds[wk] % NORMS_EVERY == 1:
-            down[words + 1:] = (np.einsum("i,i->", e, e, dtype=np.float64), np.einsum("i,i->", w, w, dtype=np.float64))
+        if self._rounds[wk] % NORMS_EVERY == 1:  # the error left, W - V, and W
+            e -= step
+            down[-NORMS:] = (np.einsum("i,i->", e, e, dtype=np.float64), np.einsum("i,i->", w, w, dtype=np.float64))
         codec.copy(down, self._stored[wk])
 
     def resync(self, wk, weight):
@@ -136,6 +158,8 @@ class WorkerCopy:
         self.v = np.zeros(size, np.float32)
         self._views = [self.v[b.offset:b.offset + b.size] for b in buckets]
         self._packed = [np.zeros(b.words, np.uint32) for b in buckets]
+        self._unit = [np.zeros(b.size, np.float32) for b in buckets]
+        self._sizes = [[end - begin for begin, end in pieces_of(b)] for b in buckets]
         self.norms = np.zeros((len(buckets), 2))  # per bucket: ||W - V||^2, ||W||^2 after the last compressed pull
 
     def start(self, i, w):
@@ -143,11 +167,12 @@ class WorkerCopy:
         self._views[i][:] = w
 
     def decode(self, i, b, wire):
-        """Bucket i's down payload (numpy: codes, s, norms): V += decode(codes); comm = V."""
-        words = b.words
+        """Bucket i's down payload (numpy: codes, scales, norms): V += code * s_p; comm = V."""
+        words, sizes = b.words, self._sizes[i]
         codec.wire_decode(wire[:words], self._packed[i])
-        codec.dequantize(self._packed[i], self._views[i], float(wire[words]), accumulate=True)
-        self.norms[i] = wire[words + 1:words + 3]
+        codec.dequantize(self._packed[i], self._unit[i], 1.0)
+        self._views[i] += self._unit[i] * _spread(wire[words:words + len(sizes)], sizes)
+        self.norms[i] = wire[words + len(sizes):words + len(sizes) + NORMS]
         self.to_comm(i, b)
 
     def to_comm(self, i, b):

@@ -195,7 +195,8 @@ class ServerState:
             self.weights[key] = whole if self.region else weight  # registration round: record only
             if key in self.downs:  # a down key: V starts as its bucket's weights
                 wk, size = self.downs[key]
-                self.copies.register(key, wk, size, self.weights[key], self.weights[wk])
+                pieces = [(begin, end) for _, begin, end in self.update.slots[wk]]  # its parameters' pieces
+                self.copies.register(key, wk, size, pieces, self.weights[key], self.weights[wk])
         else:
             self.update.apply_sum(key, weight, grad)
             if key in self.copies:  # an fp32 round pulls W: V := W (an exact re-sync)

@@ -15,7 +15,7 @@ from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
 from cdsgd_mx import buckets, codec, protocol  # noqa: E402
 from cdsgd_mx.config import ConfigError, check_config  # noqa: E402
-from cdsgd_mx.pull_compression import DOWN_EXTRA, ServerCopies, WorkerCopy, scale  # noqa: E402
+from cdsgd_mx.pull_compression import ServerCopies, WorkerCopy, down_size, scale  # noqa: E402
 
 WARMUP, K, T, R = 2, 3, 0.5, 3  # cdsgd re-syncs at its corrections (t = 2, 5, 8), bitsgd at t = 2, 5, 8 (R = 3)
 
@@ -116,15 +116,15 @@ def test_the_scale_follows_the_change_after_a_learning_rate_decay():
 def test_the_down_payload_is_a_quarter_byte_per_value_plus_a_few_bytes():
     n = 1 << 16
     words = codec.packed_size(n)
-    assert 4 * (words + DOWN_EXTRA) <= 0.25 * n + 16
+    assert 4 * down_size(n, 1) <= 0.25 * n + 16
     copies = _copies(np.zeros(n, np.float32))
     w = np.linspace(-1, 1, n).astype(np.float32)
     copies.after_update(7, _nd(w), 2.0)
     wire = copies._stored[7].asnumpy()
-    assert wire.size == words + DOWN_EXTRA
+    assert wire.size == down_size(n, 1) == words + 3
     # a worker decodes it to the server's V
-    worker = WorkerCopy([buckets.Bucket(0, n, 0, 7, 8)], n)
     bucket = _bucket(n)
+    worker = WorkerCopy([bucket], n)
     worker.decode(0, bucket, wire)
     np.testing.assert_array_equal(worker.v, copies.v[7])
     np.testing.assert_array_equal(bucket.comm.asnumpy(), copies.v[7])
@@ -140,6 +140,26 @@ def test_a_resync_sets_v_to_w_and_a_bad_flag_stops():
         copies.after_update(7, _nd(w), 3.0)
     with pytest.raises(FloatingPointError, match="not finite"):
         copies.after_update(7, _nd(np.full(100, np.nan, np.float32)), 2.0)
+
+
+def test_each_parameter_has_its_own_scale():
+    """A bucket of a large-change parameter and a small one (a bias beside a layer's weights):
+    per piece, the small one's V follows it too (one scale per bucket left it far behind)."""
+    import mxnet as mx
+    rng = np.random.RandomState(0)
+    big, small = rng.normal(0, 1, 1000).astype(np.float32), rng.normal(0, 0.01, 24).astype(np.float32)
+    w = np.concatenate([big, small])
+    copies = ServerCopies()
+    copies.register(8, 7, w.size, [(0, 1000), (1000, 1024)], mx.nd.zeros((down_size(w.size, 2) + 4,)),
+                    _nd(np.zeros_like(w)))
+    for _ in range(20):  # V chases W from 0
+        copies.after_update(7, _nd(w), 2.0)
+    v = copies.v[7]
+    for begin, end in ((0, 1000), (1000, 1024)):
+        assert np.linalg.norm(w[begin:end] - v[begin:end]) < 0.2 * np.linalg.norm(w[begin:end]), (begin, end)
+    wire = copies._stored[7].asnumpy()
+    words = codec.packed_size(w.size)
+    assert wire[words] > 10 * wire[words + 1] > 0  # the two scales, each its piece's
 
 
 def test_scale_is_the_rms_change():
@@ -171,13 +191,13 @@ def _nd(values):
 def _copies(w):
     import mxnet as mx
     copies = ServerCopies()
-    copies.register(8, 7, w.size, mx.nd.zeros((codec.packed_size(w.size) + DOWN_EXTRA + 4,)), _nd(w))
+    copies.register(8, 7, w.size, [(0, w.size)], mx.nd.zeros((down_size(w.size, 1) + 4,)), _nd(w))
     return copies
 
 
 def _bucket(n):
     import mxnet as mx
-    b = buckets.Bucket(0, n, 0, 7, 8)
+    b = buckets.Bucket(0, n, 0, 7, 8, slots=[buckets.Slot(0, 0, n, 0, 0)])
     b.comm = mx.nd.zeros((n,))
     return b
 

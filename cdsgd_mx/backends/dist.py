@@ -194,7 +194,7 @@ class DistBackend(Backend):
             self.round_trip(b.weight_key, np.zeros(b.size, np.float32))
         for b in buckets:
             if b.down_key is not None:
-                self.round_trip(b.down_key, np.zeros(down_size(b.size), np.float32))
+                self.round_trip(b.down_key, np.zeros(down_size(b.size, len(b.slots)), np.float32))
         self.kv._barrier()
 
     def assign(self, values):

@@ -5,6 +5,7 @@ import pickle
 
 import numpy as np
 
+from ..pull_compression import pieces_of
 from ..server import ServerState
 from .base import Backend, registration
 
@@ -69,7 +70,7 @@ class LocalBackend(Backend):
         for b in buckets:
             self.server.weights[b.weight_key] = self.store[b.weight_key]
             if b.down_key is not None:
-                self.server.copies.register(b.down_key, b.weight_key, b.size, self.store[b.down_key],
+                self.server.copies.register(b.down_key, b.weight_key, b.size, pieces_of(b), self.store[b.down_key],
                                             self.store[b.weight_key])
 
     def push(self, key, value):
