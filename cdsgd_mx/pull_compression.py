@@ -49,9 +49,10 @@ def pieces_of(bucket):
     return [(s.offset - bucket.offset, s.offset - bucket.offset + s.size) for s in bucket.slots]
 
 
-def _spread(scales, sizes):
-    """Each value's scale: its piece's (float32)."""
-    return np.repeat(np.asarray(scales, np.float32), sizes)
+def _times_scales(x, pieces, scales):
+    """x[piece] *= its scale, in place (float32: a code of +-1 or 0 becomes +-s_p or 0)."""
+    for (begin, end), s in zip(pieces, scales):
+        np.multiply(x[begin:end], np.float32(s), out=x[begin:end])
 
 
 def relative_error(norms):
@@ -80,7 +81,7 @@ class ServerCopies:
         self._stored = {}   # weight key -> the down key's stored data [codes | s | norms] (an NDArray view)
         self._words = {}    # weight key -> its code words
         self._pieces = {}   # weight key -> [(begin, end)] of its parameters' pieces
-        self._packed, self._zeros, self._unit, self._down, self._rounds = {}, {}, {}, {}, {}  # made once
+        self._packed, self._zeros, self._unit, self._scaled, self._down, self._rounds = {}, {}, {}, {}, {}, {}
 
     def register(self, dk, wk, n, pieces, stored, weight):
         """The down key's stored array (MXNet keeps it for the job's life; pulls read it), the
@@ -93,6 +94,7 @@ class ServerCopies:
         self._packed[wk] = np.zeros(words, np.uint32)
         self._zeros[wk] = np.zeros(n, np.float32)
         self._unit[wk] = np.zeros(n, np.float32)
+        self._scaled[wk] = np.zeros(n, np.float32)
         self._down[wk] = np.zeros(size, np.float32)
         self._rounds[wk] = 0
         if wk not in self.v:  # (restored by a checkpoint before: kept)
@@ -123,11 +125,13 @@ class ServerCopies:
         if not np.all(np.isfinite(scales)):
             raise FloatingPointError("the global weights of key %d are not finite: nothing to send to the workers" % wk)
         # e / s_p quantized at 1 (no residual of its own: e + 0), then V += code * s_p, the very
-        # operations every worker makes, so V stays bit-identical everywhere
-        s = _spread(scales, [end - b for b, end in pieces])
-        codec.quantize(self._zeros[wk], e / s, self._packed[wk], 1.0)
-        codec.dequantize(self._packed[wk], self._unit[wk], 1.0)
-        step = self._unit[wk] * s
+        # operations every worker makes, so V stays bit-identical everywhere (buffers made once)
+        scaled, step = self._scaled[wk], self._unit[wk]
+        for (b, end), sp in zip(pieces, scales):
+            np.divide(e[b:end], np.float32(sp), out=scaled[b:end])
+        codec.quantize(self._zeros[wk], scaled, self._packed[wk], 1.0)
+        codec.dequantize(self._packed[wk], step, 1.0)
+        _times_scales(step, pieces, scales)
         v += step
         codec.wire_encode(self._packed[wk], down[:words])
         down[words:words + len(pieces)] = scales
@@ -159,7 +163,7 @@ class WorkerCopy:
         self._views = [self.v[b.offset:b.offset + b.size] for b in buckets]
         self._packed = [np.zeros(b.words, np.uint32) for b in buckets]
         self._unit = [np.zeros(b.size, np.float32) for b in buckets]
-        self._sizes = [[end - begin for begin, end in pieces_of(b)] for b in buckets]
+        self._pieces = [pieces_of(b) for b in buckets]
         self.norms = np.zeros((len(buckets), 2))  # per bucket: ||W - V||^2, ||W||^2 after the last compressed pull
 
     def start(self, i, w):
@@ -168,11 +172,12 @@ class WorkerCopy:
 
     def decode(self, i, b, wire):
         """Bucket i's down payload (numpy: codes, scales, norms): V += code * s_p; comm = V."""
-        words, sizes = b.words, self._sizes[i]
+        words, pieces, step = b.words, self._pieces[i], self._unit[i]
         codec.wire_decode(wire[:words], self._packed[i])
-        codec.dequantize(self._packed[i], self._unit[i], 1.0)
-        self._views[i] += self._unit[i] * _spread(wire[words:words + len(sizes)], sizes)
-        self.norms[i] = wire[words + len(sizes):words + len(sizes) + NORMS]
+        codec.dequantize(self._packed[i], step, 1.0)
+        _times_scales(step, pieces, wire[words:words + len(pieces)])
+        self._views[i] += step
+        self.norms[i] = wire[words + len(pieces):words + len(pieces) + NORMS]
         self.to_comm(i, b)
 
     def to_comm(self, i, b):
