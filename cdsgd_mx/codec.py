@@ -172,8 +172,8 @@ def host_buffer(n, dtype=np.float32):
 
 def is_pinned(x):
     """Whether x is (a view of) a page-locked host_buffer."""
-    while isinstance(x, np.ndarray):
-        x = x.base
+    while isinstance(x, (np.ndarray, memoryview)):
+        x = x.base if isinstance(x, np.ndarray) else x.obj  # numpy 2 puts a memoryview between
     return isinstance(x, _native.HostBuffer) and x.pinned
 
 

@@ -9,7 +9,12 @@ out=${OUT:-gpu-check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
-echo "== build (CDSGD_CUDA=1)"
+# build for this GPU alone unless told otherwise (five architectures take minutes of device time)
+if [ -z "${CDSGD_CUDA_ARCHS:-}" ]; then
+    cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+    [ -n "$cap" ] && export CDSGD_CUDA_ARCHS=$cap
+fi
+echo "== build (CDSGD_CUDA=1, archs ${CDSGD_CUDA_ARCHS:-all this nvcc has})"
 if ! CDSGD_CUDA=1 "$py" setup.py build_ext --inplace > "$out/build.log" 2>&1; then
     tail -40 "$out/build.log"
     exit 1
@@ -22,4 +27,12 @@ echo "== device part of a compressed round (25.6 M values)"
 "$py" -m cdsgd_mx.bench.device --values 25600000 --repeats 50 --json "$out/device.json" 2>&1 | tee "$out/device.txt"
 echo "== codec throughput on the GPU"
 "$py" -m cdsgd_mx.bench.codec --device cuda --sizes 1e6,1e7,1e8 2>&1 | tee "$out/codec-cuda.txt"
+echo "== compute-sanitizer memcheck: the device layer's GPU tests (at most 150 s)"
+if command -v compute-sanitizer > /dev/null; then
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$py" -m pytest -q -x \
+        tests/test_device.py -k gpu 2>&1 | tail -25 | tee "$out/sanitizer.log"
+    echo "sanitizer exit: ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
+else
+    echo "compute-sanitizer not found" | tee "$out/sanitizer.log"
+fi
 exit $tests

@@ -2,7 +2,9 @@
 
 The codec takes MXNet NDArrays directly; arrays of other frameworks (PyTorch, CuPy) go in as
 DLPack capsules. The kernels run on the codec's own CUDA stream and do not wait for another
-framework's streams, so `arg` synchronizes the device first: a capsule must hold finished data.
+framework's streams: an input must hold finished data (codec.md). So every adapter call that
+writes device memory (array, zeros, copy) returns only when the write is done, and `arg`
+synchronizes the device before it hands out a capsule.
 """
 import numpy as np
 
@@ -46,10 +48,14 @@ class TorchGPU:
         a = np.ascontiguousarray(a)
         if a.dtype == np.uint32:
             a = a.view(np.int32)
-        return self.torch.from_numpy(a).cuda()
+        x = self.torch.from_numpy(a).cuda()
+        self.torch.cuda.synchronize()  # a pageable upload may still be in flight on return
+        return x
 
     def zeros(self, n, dtype):
-        return self.torch.zeros(n, dtype=getattr(self.torch, self.DTYPES[np.dtype(dtype).name]), device="cuda")
+        x = self.torch.zeros(n, dtype=getattr(self.torch, self.DTYPES[np.dtype(dtype).name]), device="cuda")
+        self.torch.cuda.synchronize()
+        return x
 
     def arg(self, x):
         self.torch.cuda.synchronize()
@@ -72,10 +78,14 @@ class CuPyGPU:
         self.cupy = cupy
 
     def array(self, a):
-        return self.cupy.asarray(np.ascontiguousarray(a))
+        x = self.cupy.asarray(np.ascontiguousarray(a))
+        self.cupy.cuda.Device().synchronize()
+        return x
 
     def zeros(self, n, dtype):
-        return self.cupy.zeros(n, dtype=dtype)
+        x = self.cupy.zeros(n, dtype=dtype)
+        self.cupy.cuda.Device().synchronize()
+        return x
 
     def arg(self, x):
         self.cupy.cuda.Device().synchronize()
