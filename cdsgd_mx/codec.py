@@ -129,6 +129,38 @@ def decode_sgd(wire, weight, mom, n, threshold, runs, momentum, rescale_grad, cl
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
 
 
+def pull_scales(w, v, pieces):
+    """The scale of each piece (begin, end) of a 2-bit pull: the root mean square of w - v over
+    it (the float32 differences squared and summed in float64, in a fixed order whatever the
+    thread count), as a float32 value; 1.0 where it is 0. CPU only."""
+    return _native.pull_scales(_array(w, False), _array(v, False), pieces)
+
+
+def pull_encode(w, v, pieces, wire, threads=None):
+    """The server's encode of a 2-bit pull (pull_compression.py), in two passes: the scales s
+    of the pieces [(begin, end)] (pull_scales), then for each value of a piece code = +1 where
+    (w - v) / s >= 1, -1 where <= -1, else 0; v += code * s; the codes written into wire
+    (ceil(v.size/16) ternary16 words). A value outside every piece gets code 0. Bit for bit
+    what quantize (at 1, of (w - v) / s with a zero gradient), dequantize, a multiply by s and
+    an add give. Returns the scales; raises FloatingPointError, with v and wire unchanged,
+    where w - v is not finite. CPU only."""
+    scales = _native.pull_encode(_array(w, False), _array(v, True), pieces, _array(wire, True), _threads(threads))
+    if not all(np.isfinite(scales)):
+        raise FloatingPointError("w - v is not finite in %d of %d pieces: nothing encoded"
+                                 % (int((~np.isfinite(scales)).sum()), len(scales)))
+    return scales
+
+
+def pull_decode(wire, v, pieces, scales, out=None, threads=None):
+    """A worker's decode of a 2-bit pull, in one pass: v += code * s for each piece (begin,
+    end) and its scale s, then out = v (when given). Raises ValueError on a corrupt payload,
+    before v changes. CPU only."""
+    bad = _native.pull_decode(_array(wire, False), _array(v, True), None if out is None else _array(out, True),
+                              pieces, scales, _threads(threads))
+    if bad:
+        raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
+
+
 def tags_match(x, starts, macs):
     """Whether x (float32) holds at each of `starts` the proof tag (auth.tag) of the matching
     16-byte MAC in macs (bytes, the MACs back to back): one call for a round's tags."""

@@ -15,7 +15,9 @@ the two norms after the update (every NORMS_EVERY-th round; the last ones in bet
 that a worker can log ||W - V|| / ||W|| at no cost.
 
 The scale rule, chosen by measurement (docs/performance.md, "2 bits both ways"): s_p = the root
-mean square of e over the parameter's piece (float64, as float32). A fixed threshold in weight
+mean square of e over the parameter's piece (summed in float64 in the codec's fixed order, as
+float32; the server computes it and the codes in native passes, codec.pull_encode, and a worker
+decodes with codec.pull_decode). A fixed threshold in weight
 space would round every change to 0 after a learning-rate decay; the RMS follows the change
 down, and since e holds the error not yet sent, a lagging V makes s grow until it catches up.
 Measured against the mean of |e| and twice it: the same error in steady state (0.72 of a step),
@@ -49,12 +51,6 @@ def pieces_of(bucket):
     return [(s.offset - bucket.offset, s.offset - bucket.offset + s.size) for s in bucket.slots]
 
 
-def _times_scales(x, pieces, scales):
-    """x[piece] *= its scale, in place (float32: a code of +-1 or 0 becomes +-s_p or 0)."""
-    for (begin, end), s in zip(pieces, scales):
-        np.multiply(x[begin:end], np.float32(s), out=x[begin:end])
-
-
 def relative_error(norms):
     """||W - V|| / ||W|| from rows of (||W - V||^2, ||W||^2), one per bucket."""
     e2, w2 = np.asarray(norms, np.float64).reshape(-1, 2).sum(axis=0)
@@ -62,11 +58,11 @@ def relative_error(norms):
 
 
 def scale(e):
-    """The quantizer's scale for the change e (float32): the root mean square of e (its sum
-    of squares in float64, einsum's fixed order, rounded to float32); 1.0 where e is all zeros
-    (every code is 0 anyway)."""
-    s = float(np.float32(np.sqrt(np.einsum("i,i->", e, e, dtype=np.float64) / max(e.size, 1))))
-    return 1.0 if s == 0 else s
+    """The quantizer's scale for the change e (float32): the root mean square of e (its
+    squares summed in float64 in the codec's fixed order, rounded to float32); 1.0 where e is
+    all zeros (every code is 0 anyway). What codec.pull_encode computes for each piece."""
+    e = np.ascontiguousarray(e, np.float32).reshape(-1)
+    return codec.pull_scales(e, np.zeros_like(e), [(0, e.size)])[0]
 
 
 NORMS_EVERY = 8  # rounds between two computations of the norms a down payload carries (they cost a pass each)
@@ -81,7 +77,7 @@ class ServerCopies:
         self._stored = {}   # weight key -> the down key's stored data [codes | s | norms] (an NDArray view)
         self._words = {}    # weight key -> its code words
         self._pieces = {}   # weight key -> [(begin, end)] of its parameters' pieces
-        self._packed, self._zeros, self._unit, self._scaled, self._down, self._rounds = {}, {}, {}, {}, {}, {}
+        self._e, self._down, self._rounds = {}, {}, {}  # per weight key: W - V, the down payload, rounds
 
     def register(self, dk, wk, n, pieces, stored, weight):
         """The down key's stored array (MXNet keeps it for the job's life; pulls read it), the
@@ -91,10 +87,7 @@ class ServerCopies:
         self._words[wk] = words
         self._pieces[wk] = [(int(b), int(e)) for b, e in pieces]
         self._stored[wk] = stored[0:size]
-        self._packed[wk] = np.zeros(words, np.uint32)
-        self._zeros[wk] = np.zeros(n, np.float32)
-        self._unit[wk] = np.zeros(n, np.float32)
-        self._scaled[wk] = np.zeros(n, np.float32)
+        self._e[wk] = np.zeros(n, np.float32)
         self._down[wk] = np.zeros(size, np.float32)
         self._rounds[wk] = 0
         if wk not in self.v:  # (restored by a checkpoint before: kept)
@@ -120,24 +113,17 @@ class ServerCopies:
                              % (wk, flag, PULL_FP32, PULL_2BIT))
         v, down, words, pieces = self.v[wk], self._down[wk], self._words[wk], self._pieces[wk]
         w = weight[0:v.size].asnumpy()
-        e = w - v
-        scales = [scale(e[b:end]) for b, end in pieces]
-        if not np.all(np.isfinite(scales)):
+        # the scales, the codes of (W - V) / s_p at 1, V += code * s_p and the wire words, in
+        # native passes: the very float32 operations every worker's decode makes, so V stays
+        # bit-identical everywhere
+        try:
+            scales = codec.pull_encode(w, v, pieces, down[:words])
+        except FloatingPointError:
             raise FloatingPointError("the global weights of key %d are not finite: nothing to send to the workers" % wk)
-        # e / s_p quantized at 1 (no residual of its own: e + 0), then V += code * s_p, the very
-        # operations every worker makes, so V stays bit-identical everywhere (buffers made once)
-        scaled, step = self._scaled[wk], self._unit[wk]
-        for (b, end), sp in zip(pieces, scales):
-            np.divide(e[b:end], np.float32(sp), out=scaled[b:end])
-        codec.quantize(self._zeros[wk], scaled, self._packed[wk], 1.0)
-        codec.dequantize(self._packed[wk], step, 1.0)
-        _times_scales(step, pieces, scales)
-        v += step
-        codec.wire_encode(self._packed[wk], down[:words])
         down[words:words + len(pieces)] = scales
         self._rounds[wk] += 1
         if self._rounds[wk] % NORMS_EVERY == 1:  # the error left, W - V, and W
-            e -= step
+            e = np.subtract(w, v, out=self._e[wk])
             down[-NORMS:] = (np.einsum("i,i->", e, e, dtype=np.float64), np.einsum("i,i->", w, w, dtype=np.float64))
         codec.copy(down, self._stored[wk])
 
@@ -161,8 +147,6 @@ class WorkerCopy:
     def __init__(self, buckets, size):
         self.v = np.zeros(size, np.float32)
         self._views = [self.v[b.offset:b.offset + b.size] for b in buckets]
-        self._packed = [np.zeros(b.words, np.uint32) for b in buckets]
-        self._unit = [np.zeros(b.size, np.float32) for b in buckets]
         self._pieces = [pieces_of(b) for b in buckets]
         self.norms = np.zeros((len(buckets), 2))  # per bucket: ||W - V||^2, ||W||^2 after the last compressed pull
 
@@ -172,11 +156,8 @@ class WorkerCopy:
 
     def decode(self, i, b, wire):
         """Bucket i's down payload (numpy: codes, scales, norms): V += code * s_p; comm = V."""
-        words, pieces, step = b.words, self._pieces[i], self._unit[i]
-        codec.wire_decode(wire[:words], self._packed[i])
-        codec.dequantize(self._packed[i], step, 1.0)
-        _times_scales(step, pieces, wire[words:words + len(pieces)])
-        self._views[i] += step
+        words, pieces = b.words, self._pieces[i]
+        codec.pull_decode(wire[:words], self._views[i], pieces, wire[words:words + len(pieces)].tolist())
         self.norms[i] = wire[words + len(pieces):words + len(pieces) + NORMS]
         self.to_comm(i, b)
 

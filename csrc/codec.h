@@ -55,6 +55,27 @@ int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t s
                    float* mom, int64_t n, float threshold, const SgdRun* runs, int64_t nruns, const SgdHyper& h,
                    int threads);
 
+// 2-bit pulls (pull_compression.py): V, the weights every worker holds, follows W by the codes
+// of W - V. A bucket's pieces are sorted, disjoint ranges [begin, end) of its values, each with
+// its own scale s > 0; a value outside every piece has code 0.
+struct Piece { int64_t begin, end; float scale; };
+
+// The scale of each piece: the root mean square of w - v over it (float32 differences, their
+// squares summed in float64 in a fixed order, see sum_of_squares), as float32; 1 where it is 0.
+void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t npieces, float* scales);
+
+// The server's encode, one pass: per value e = w - v, x = e / s; code +1 where x >= 1, -1 where
+// x <= -1, else 0; v += code * s; the codes written as ceil(n/16) ternary16 wire words. The same
+// float32 operations as quantize_2bit(0, e / s, threshold 1) + dequantize_2bit(threshold 1) * s
+// + v, so the result is bit for bit theirs.
+void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64_t npieces, uint32_t* wire,
+                 int threads);
+
+// A worker's decode, one pass: v += code * s per value, then out = v (out may be null). Checks
+// every wire word first: returns the number of invalid ones and changes nothing if there are any.
+int64_t pull_decode(const uint32_t* wire, float* v, float* out, int64_t n, const Piece* pieces, int64_t npieces,
+                    int threads);
+
 // Number of NaN/Inf values among x[0..n).
 int64_t count_nonfinite(const float* x, int64_t n, int threads);
 

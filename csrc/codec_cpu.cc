@@ -5,6 +5,7 @@
 #include "codec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -315,6 +316,150 @@ int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t s
         if (lo < hi)
           sgd_range(g + (lo - c0), weight + lo, mom == nullptr ? nullptr : mom + lo, hi - lo, h, runs[k].lr, runs[k].wd);
       }
+    }
+  });
+  return 0;
+}
+
+namespace {
+
+// Calls fn(lo, hi, scale) over [c0, c1) in order: each piece's part, and scale 0 for a part
+// outside every piece. `first` is the first piece that may overlap; it moves on as chunks do.
+template <typename Fn>
+void for_segments(const Piece* pieces, int64_t npieces, int64_t& first, int64_t c0, int64_t c1, Fn fn) {
+  while (first < npieces && pieces[first].end <= c0) ++first;
+  int64_t at = c0;
+  for (int64_t k = first; k < npieces && pieces[k].begin < c1; ++k) {
+    const int64_t lo = std::max(c0, pieces[k].begin), hi = std::min(c1, pieces[k].end);
+    if (at < lo) fn(at, lo, 0.0f);
+    if (lo < hi) fn(lo, hi, pieces[k].scale);
+    at = std::max(at, hi);
+  }
+  if (at < c1) fn(at, c1, 0.0f);
+}
+
+int64_t first_piece(const Piece* pieces, int64_t npieces, int64_t b) {
+  return std::upper_bound(pieces, pieces + npieces, b, [](int64_t v, const Piece& p) { return v < p.end; }) - pieces;
+}
+
+// sum of (w - v)^2 over [0, m) in float64, in a fixed order whatever the thread count: eight
+// lanes (value i into lane i % 8, sequentially), then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
+CDSGD_CLONES
+double sum_of_squares(const float* w, const float* v, int64_t m) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= m; i += 8)
+    for (int j = 0; j < 8; ++j) {
+      const double d = static_cast<double>(w[i + j] - v[i + j]);
+      lane[j] += d * d;
+    }
+  for (int j = 0; i < m; ++i, ++j) {
+    const double d = static_cast<double>(w[i] - v[i]);
+    lane[j] += d * d;
+  }
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+// One piece's part of the server's encode: code bytes (3 = +, 2 = -, 0, as quantize_range) and
+// V's update, on masks so that it vectorizes (see quantize_range).
+CDSGD_CLONES
+void pull_encode_segment(const float* w, float* v, uint8_t* code, int64_t m, float s) {
+  if (s == 0.0f) {  // outside every piece: code 0, v + 0 (as the unfused v += step did)
+    for (int64_t i = 0; i < m; ++i) { v[i] = v[i] + 0.0f; code[i] = 0; }
+    return;
+  }
+  const float neg_s = -s;
+  uint32_t sb, nb;
+  std::memcpy(&sb, &s, 4);
+  std::memcpy(&nb, &neg_s, 4);
+  for (int64_t i = 0; i < m; ++i) {
+    const float x = (w[i] - v[i]) / s;
+    const uint32_t pos = 0u - static_cast<uint32_t>(x >= 1.0f);  // NaN: neither
+    const uint32_t neg = 0u - static_cast<uint32_t>(x <= -1.0f);
+    const uint32_t stepb = (sb & pos) | (nb & neg);  // +0.0f where the code is 0
+    float step;
+    std::memcpy(&step, &stepb, 4);
+    v[i] = v[i] + step;
+    code[i] = static_cast<uint8_t>((pos & 3u) | (neg & 2u));
+  }
+}
+
+// One piece's part of a worker's decode from its code bytes (3 = +, 2 = -).
+CDSGD_CLONES
+void pull_decode_segment(const uint8_t* code, float* v, float* out, int64_t m, float s) {
+  const float neg_s = -s;
+  uint32_t sb, nb;
+  std::memcpy(&sb, &s, 4);
+  std::memcpy(&nb, &neg_s, 4);
+  for (int64_t i = 0; i < m; ++i) {
+    const uint32_t pos = 0u - static_cast<uint32_t>(code[i] == 3);
+    const uint32_t neg = 0u - static_cast<uint32_t>(code[i] == 2);
+    const uint32_t stepb = (sb & pos) | (nb & neg);
+    float step;
+    std::memcpy(&step, &stepb, 4);
+    v[i] = v[i] + step;
+  }
+  if (out != nullptr) std::memcpy(out, v, static_cast<size_t>(m) * 4);
+}
+
+}  // namespace
+
+void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t npieces, float* scales) {
+  for (int64_t k = 0; k < npieces; ++k) {
+    const int64_t m = pieces[k].end - pieces[k].begin;
+    const double mean = sum_of_squares(w + pieces[k].begin, v + pieces[k].begin, m) / static_cast<double>(m > 0 ? m : 1);
+    const float rms = static_cast<float>(std::sqrt(mean));
+    scales[k] = rms == 0.0f ? 1.0f : rms;  // all zeros: every code is 0 anyway
+  }
+}
+
+void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64_t npieces, uint32_t* wire,
+                 int threads) {
+  parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {
+    alignas(64) uint8_t code[kChunk];
+    alignas(64) uint32_t packed[kChunk / kValuesPerWord];
+    int64_t first = first_piece(pieces, npieces, b);
+    for (int64_t c0 = b; c0 < e; c0 += kChunk) {
+      const int64_t m = std::min(kChunk, e - c0);
+      for_segments(pieces, npieces, first, c0, c0 + m, [&](int64_t lo, int64_t hi, float s) {
+        pull_encode_segment(w + lo, v + lo, code + (lo - c0), hi - lo, s);
+      });
+      const int64_t padded = (m + kValuesPerWord - 1) / kValuesPerWord * kValuesPerWord;  // the last word's padding: 0
+      for (int64_t i = m; i < padded; ++i) code[i] = 0;
+      auto* bytes = reinterpret_cast<uint8_t*>(packed);
+      for (int64_t k = 0; k < padded / 4; ++k) {  // four code bytes -> one packed byte (quantize_range)
+        uint32_t x;
+        std::memcpy(&x, code + 4 * k, 4);
+        bytes[k] = static_cast<uint8_t>((x * 0x40100401u) >> 24);
+      }
+      wire_encode_range(packed, wire + c0 / kValuesPerWord, 0, padded / kValuesPerWord);
+    }
+  });
+}
+
+int64_t pull_decode(const uint32_t* wire, float* v, float* out, int64_t n, const Piece* pieces, int64_t npieces,
+                    int threads) {
+  // Every word is checked before V changes: a corrupt payload leaves V as it was.
+  const int64_t invalid = count_invalid_words(wire, packed_words(n));
+  if (invalid) return invalid;
+  parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {
+    alignas(64) uint32_t packed[kChunk / kValuesPerWord];
+    alignas(64) uint8_t code[kChunk];
+    int64_t first = first_piece(pieces, npieces, b);
+    for (int64_t c0 = b; c0 < e; c0 += kChunk) {
+      const int64_t m = std::min(kChunk, e - c0);
+      const int64_t nw = packed_words(m);
+      wire_decode_range(wire + c0 / kValuesPerWord, packed, 0, nw);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(packed);
+      for (int64_t k = 0; k < (m + 3) / 4; ++k) {  // packed byte -> four codes, as dequantize_range
+        const uint32_t x = bytes[k];
+        const uint32_t y = ((x >> 6) | (x << 4) | (x << 14) | (x << 24)) & 0x03030303u;
+        std::memcpy(code + 4 * k, &y, 4);
+      }
+      for_segments(pieces, npieces, first, c0, c0 + m, [&](int64_t lo, int64_t hi, float s) {
+        // outside every piece the encoder wrote code 0: v + 0, as there
+        pull_decode_segment(code + (lo - c0), v + lo, out == nullptr ? nullptr : out + lo, hi - lo, s);
+      });
     }
   });
   return 0;

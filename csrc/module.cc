@@ -291,6 +291,96 @@ int64_t decode_sgd(py::handle wire, int64_t rows, int64_t stride, py::handle wei
                            static_cast<int64_t>(rs.size()), h, threads);
 }
 
+// Pieces of a 2-bit pull: sorted, disjoint ranges inside [0, n); with scales, each finite and > 0.
+std::vector<cdsgd::Piece> pieces_of(const std::vector<std::pair<int64_t, int64_t>>& ranges, const float* scales,
+                                    int64_t n) {
+  std::vector<cdsgd::Piece> ps;
+  int64_t last = 0;
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    const int64_t b = ranges[k].first, e = ranges[k].second;
+    const float s = scales == nullptr ? 1.0f : scales[k];
+    if (b < last || e < b || e > n)
+      throw py::value_error("pieces must be sorted, disjoint ranges inside [0, n = " + std::to_string(n) + "), got [" +
+                            std::to_string(b) + ", " + std::to_string(e) + ")");
+    if (!(s > 0.0f) || !std::isfinite(s))
+      throw py::value_error("a piece's scale must be a finite number > 0, got " + std::to_string(s));
+    ps.push_back({b, e, s});
+    last = e;
+  }
+  return ps;
+}
+
+std::pair<View, View> pull_inputs(py::handle w, py::handle v, bool write_v) {
+  View wv = view("w", kFloat32, w, false), vv = view("v", kFloat32, v, write_v);
+  check_size("w", wv, vv.size, "same as v");
+  check_no_overlap("w", wv, wv.size * 4, "v", vv, vv.size * 4);
+  if (wv.gpu || vv.gpu) throw py::value_error("2-bit pulls are encoded on the CPU (the server's side); got GPU arrays");
+  return {wv, vv};
+}
+
+std::vector<float> pull_scales(py::handle w, py::handle v, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  auto [wv, vv] = pull_inputs(w, v, false);
+  auto ps = pieces_of(ranges, nullptr, vv.size);
+  std::vector<float> scales(ps.size());
+  cdsgd::pull_scales(static_cast<const float*>(wv.data), static_cast<const float*>(vv.data), ps.data(),
+                     static_cast<int64_t>(ps.size()), scales.data());
+  return scales;
+}
+
+// Returns the scales; where one is not finite (W is not), nothing else is done: v and wire are
+// left as they were, and the caller refuses the round.
+std::vector<float> pull_encode(py::handle w, py::handle v, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                               py::handle wire, int threads) {
+  auto [wv, vv] = pull_inputs(w, v, true);
+  View out = view("wire", kWord32, wire, true);
+  check_size("wire", out, cdsgd::packed_words(vv.size), "ceil(v.size / 16)");
+  check_no_overlap("v", vv, vv.size * 4, "wire", out, out.size * 4);
+  check_no_overlap("w", wv, wv.size * 4, "wire", out, out.size * 4);
+  if (out.gpu) throw py::value_error("wire: 2-bit pulls are encoded on the CPU; got a GPU array");
+  auto ps = pieces_of(ranges, nullptr, vv.size);
+  std::vector<float> scales(ps.size());
+  auto* wp = static_cast<const float*>(wv.data);
+  auto* vp = static_cast<float*>(vv.data);
+  {
+    py::gil_scoped_release nogil;
+    cdsgd::pull_scales(wp, vp, ps.data(), static_cast<int64_t>(ps.size()), scales.data());
+  }
+  for (size_t k = 0; k < ps.size(); ++k) {
+    if (!std::isfinite(scales[k])) return scales;
+    ps[k].scale = scales[k];
+  }
+  auto* op = static_cast<uint32_t*>(out.data);
+  py::gil_scoped_release nogil;
+  cdsgd::pull_encode(wp, vp, vv.size, ps.data(), static_cast<int64_t>(ps.size()), op, threads);
+  return scales;
+}
+
+int64_t pull_decode(py::handle wire, py::handle v, py::handle out,
+                    const std::vector<std::pair<int64_t, int64_t>>& ranges, const std::vector<float>& scales,
+                    int threads) {
+  View w = view("wire", kWord32, wire, false), vv = view("v", kFloat32, v, true);
+  View o;
+  const bool has_out = !out.is_none();
+  if (has_out) o = view("out", kFloat32, out, true);
+  check_size("wire", w, cdsgd::packed_words(vv.size), "ceil(v.size / 16)");
+  check_no_overlap("wire", w, w.size * 4, "v", vv, vv.size * 4);
+  if (has_out) {
+    check_size("out", o, vv.size, "same as v");
+    check_no_overlap("wire", w, w.size * 4, "out", o, o.size * 4);
+    check_no_overlap("v", vv, vv.size * 4, "out", o, o.size * 4);
+  }
+  if (w.gpu || vv.gpu || (has_out && o.gpu)) throw py::value_error("pull_decode runs on the CPU; got GPU arrays");
+  if (scales.size() != ranges.size())
+    throw py::value_error("scales has " + std::to_string(scales.size()) + " values for " + std::to_string(ranges.size()) +
+                          " pieces");
+  auto ps = pieces_of(ranges, scales.data(), vv.size);
+  auto* wp = static_cast<const uint32_t*>(w.data);
+  auto* vp = static_cast<float*>(vv.data);
+  auto* op = has_out ? static_cast<float*>(o.data) : nullptr;
+  py::gil_scoped_release nogil;
+  return cdsgd::pull_decode(wp, vp, op, vv.size, ps.data(), static_cast<int64_t>(ps.size()), threads);
+}
+
 // Proof tags (auth.py): a 128-bit MAC travels as eight float32 values, each one of its
 // big-endian 16-bit halves. True when x[starts[j] + i] holds the i-th half of the j-th MAC in
 // `macs` for every j and i. Every value is compared (no early exit): the time does not say
@@ -430,6 +520,11 @@ PYBIND11_MODULE(_native, m) {
   m.def("decode_sgd", &decode_sgd, py::arg("wire"), py::arg("rows"), py::arg("stride"), py::arg("weight"),
         py::arg("mom"), py::arg("n"), py::arg("threshold"), py::arg("runs"), py::arg("momentum"),
         py::arg("rescale"), py::arg("clip"), py::arg("threads") = 0);
+  m.def("pull_scales", &pull_scales, py::arg("w"), py::arg("v"), py::arg("pieces"));
+  m.def("pull_encode", &pull_encode, py::arg("w"), py::arg("v"), py::arg("pieces"), py::arg("wire"),
+        py::arg("threads") = 0);
+  m.def("pull_decode", &pull_decode, py::arg("wire"), py::arg("v"), py::arg("out"), py::arg("pieces"),
+        py::arg("scales"), py::arg("threads") = 0);
   m.def("tags_match", &tags_match, py::arg("x"), py::arg("starts"), py::arg("macs"));
   m.def("set_value", &set_value, py::arg("x"), py::arg("index"), py::arg("value"));
   m.def("count_nonfinite", &count_nonfinite, py::arg("x"), py::arg("threads") = 0);

@@ -8,13 +8,15 @@ for bitsgd after warm-up, for cdsgd codes unless (t - n) % k == 0.
 2-bit both ways (pull={"buckets": ..., "resync_every": R}): every worker holds V, not W. After the
 global update of a step that pushed codes and is not a re-sync (cdsgd: every compressed step;
 bitsgd: (t - n) % R != 0), per bucket (its parameters' pieces back to back, as the engine lays
-them out): e = W(t+1) - V; per piece p, s_p = the RMS of e over it (einsum in float64, as
-float32; 1 where 0); codes of e / s_p by the threshold rule at 1 (float32 division); V +=
+them out): e = W(t+1) - V; per piece p, s_p = the RMS of e over it (codec.pull_scales: the one
+operation shared with the code under test, since a float64 sum's last bits depend on its order;
+tests/test_codec.py checks it against an exact sum); codes of e / s_p by the threshold rule at 1 (float32 division); V +=
 code * s_p. Every other step: V = W(t+1). The worker's weights then come from V where they came
 from W.
 """
 import numpy as np
 
+from cdsgd_mx import codec
 from cdsgd_mx import reference as ref
 
 
@@ -117,12 +119,9 @@ def pulled(W, held, pull, compressed):
         w = np.concatenate([W[i].reshape(-1)[b:e] for i, b, e in pieces])
         v = np.concatenate([held[i].reshape(-1)[b:e] for i, b, e in pieces])
         e_ = w - v
-        scales, at = [], 0
-        for i, b, e in pieces:
-            part = e_[at:at + e - b]
-            rms = float(np.float32(np.sqrt(np.einsum("i,i->", part, part, dtype=np.float64) / part.size)))
-            scales.append(1.0 if rms == 0 else rms)
-            at += e - b
+        sizes = [e - b for _, b, e in pieces]
+        ends = np.cumsum(sizes).tolist()
+        scales = codec.pull_scales(w, v, [(end - size, end) for size, end in zip(sizes, ends)])
         s = np.repeat(np.array(scales, np.float32), [e - b for _, b, e in pieces])
         packed, _ = ref.quantize(e_ / s, np.zeros_like(e_), 1.0)
         v = v + ref.dequantize(packed, e_.size, 1.0) * s

@@ -504,3 +504,105 @@ def test_decode_sgd_refuses_a_corrupt_payload_before_changing_anything():
         codec.decode_sgd(wire[:1], w, m, n, T, [(50, n, 0.1, 0.0), (0, 50, 0.1, 0.0)], 0.9, 1.0)
     with pytest.raises(ValueError, match="mom has 10 elements, fewer than n = 100"):
         codec.decode_sgd(wire[:1], w, m[:10], n, T, [(0, n, 0.1, 0.0)], 0.9, 1.0)
+
+
+# 2-bit pulls (pull_compression.py): the fused server encode and worker decode against the
+# unfused operations they replace (reference quantize at 1 of (w - v) / s, dequantize, * s, +).
+def unfused_pull(w, v, pieces, scales):
+    e = w - v
+    x = np.zeros_like(e)
+    s = np.zeros_like(e)
+    for (b, end), sp in zip(pieces, scales):
+        x[b:end] = e[b:end] / np.float32(sp)
+        s[b:end] = sp
+    packed, _ = ref.quantize(np.zeros_like(e), x, 1.0)
+    step = ref.dequantize(packed, e.size, 1.0)
+    inside = s > 0
+    step[inside] = step[inside] * s[inside]
+    return packed, v + step
+
+
+def exact_rms(d):
+    """float32 of sqrt(exact sum of squares / n), the float64 squares summed without rounding."""
+    import math
+    return float(np.float32(math.sqrt(math.fsum(float(x) * float(x) for x in d.astype(np.float64)) / max(d.size, 1))))
+
+
+@pytest.mark.parametrize("n,threads", [(1, 1), (17, 1), (4099, 1), ((1 << 20) + 37, 2)])
+def test_pull_encode_and_decode_equal_the_unfused_steps(n, threads):
+    rng = np.random.default_rng(n)
+    w = rng.normal(0, 1, n).astype(np.float32)
+    v = (w + rng.normal(0, 0.05, n)).astype(np.float32)
+    v[: min(n, 8)] = -0.0  # -0 + 0 is +0: the add must be the same add
+    cuts = sorted(set(rng.integers(0, n + 1, 6).tolist()) | {0, n})
+    pieces = [(b, e) for b, e in zip(cuts, cuts[1:]) if b < e]
+    if len(pieces) > 2:  # a gap: values outside every piece get code 0
+        pieces.pop(1)
+    scales = codec.pull_scales(w, v, pieces)
+    for (b, end), sp in zip(pieces, scales):
+        assert sp == pytest.approx(exact_rms(w[b:end] - v[b:end]), rel=2 ** -23)
+    b0, e0 = pieces[0]
+    v[b0:e0][:2] = w[b0:e0][:2] - np.float32(scales[0]) * np.array([1, -1], np.float32)[: e0 - b0]  # near ties
+    scales = codec.pull_scales(w, v, pieces)
+    want_packed, want_v = unfused_pull(w, v, pieces, scales)
+    got_v, wire = v.copy(), np.zeros(codec.packed_size(n), np.float32)
+    assert codec.pull_encode(w, got_v, pieces, wire, threads=threads) == scales
+    np.testing.assert_array_equal(got_v.view(np.uint32), want_v.view(np.uint32))
+    np.testing.assert_array_equal(wire.view(np.uint32), ref.wire_encode(want_packed).view(np.uint32))
+    assert (want_v != v).any()
+
+    worker_v, out = v.copy(), np.full(n, 7.0, np.float32)
+    codec.pull_decode(wire, worker_v, pieces, scales, out=out, threads=threads)
+    np.testing.assert_array_equal(worker_v.view(np.uint32), want_v.view(np.uint32))
+    np.testing.assert_array_equal(out.view(np.uint32), want_v.view(np.uint32))
+
+
+def test_pull_scales_are_the_rms_in_a_fixed_order_whatever_the_threads():
+    rng = np.random.default_rng(5)
+    n = (1 << 20) + 3
+    w, v = rng.normal(0, 1, n).astype(np.float32), rng.normal(0, 1, n).astype(np.float32)
+    pieces = [(0, 5), (5, 5), (5, 600000), (600000, n)]
+    got = codec.pull_scales(w, v, pieces)
+    assert got[1] == 1.0  # an empty piece: all zeros
+    for (b, e), s in zip(pieces, got):
+        if e > b:
+            assert s == pytest.approx(exact_rms(w[b:e] - v[b:e]), rel=2 ** -23)
+    codec.set_num_threads(2)
+    try:
+        assert codec.pull_scales(w, v, pieces) == got
+    finally:
+        codec.set_num_threads(1)
+
+
+def test_pull_encode_refuses_non_finite_weights_and_changes_nothing():
+    w, v = np.ones(40, np.float32), np.zeros(40, np.float32)
+    w[30] = np.inf
+    wire = np.full(codec.packed_size(40), 5.0, np.float32)
+    with pytest.raises(FloatingPointError, match="1 of 2 pieces"):
+        codec.pull_encode(w, v, [(0, 20), (20, 40)], wire)
+    assert not v.any() and (wire == 5.0).all()
+
+
+def test_pull_decode_refuses_a_corrupt_payload_and_leaves_v_as_it_was():
+    n = 100
+    v = np.arange(n, dtype=np.float32)
+    wire = np.zeros(codec.packed_size(n), np.float32)
+    scales = codec.pull_encode(v + 1, v.copy(), [(0, n)], wire)
+    wire[3] = np.float32(-2.0)
+    before = v.copy()
+    with pytest.raises(ValueError, match="1 of its words are not valid"):
+        codec.pull_decode(wire, v, [(0, n)], scales)
+    np.testing.assert_array_equal(v, before)
+
+
+@pytest.mark.parametrize("pieces,scales,msg", [([(0, 5), (4, 8)], [0.5, 0.5], "sorted, disjoint"),
+                                               ([(0, 11)], [0.5], "sorted, disjoint"),
+                                               ([(0, 5)], [0.0], "finite number > 0"),
+                                               ([(0, 5)], [float("nan")], "finite number > 0"),
+                                               ([(0, 5)], [0.5, 0.5], "2 values for 1 pieces")])
+def test_pull_pieces_are_checked(pieces, scales, msg):
+    with pytest.raises(ValueError, match=msg):
+        codec.pull_decode(np.ones(1, np.float32), np.zeros(10, np.float32), pieces, scales)
+    if len(scales) == 1 and scales[0] == 0.5:
+        with pytest.raises(ValueError, match=msg):
+            codec.pull_encode(np.ones(10, np.float32), np.zeros(10, np.float32), pieces, np.zeros(1, np.float32))
