@@ -257,7 +257,7 @@ class CDSGD(KVStoreBase):
             self._backend.pull(b.weight_key, b.comm_wire)
         bset.scatter("comm")  # W(0) stays in comm_buf: a delayed first step starts from it
         for i, b in enumerate(plan if pull else ()):
-            bset.copy.start(i, b.comm.asnumpy())  # V = W(0), as on the servers
+            bset.copy.start(i, b.comm)  # V = W(0), as on the servers
         for devices in outs:
             for o in devices:
                 o.wait_to_read()

@@ -85,7 +85,7 @@ class RoundRunner:
                     if pull_down:  # V += decode(codes of W(t+1) - V); comm_buf = V
                         bset.copy.decode(i, b, b.down_wire.asnumpy())
                     else:  # an fp32 pull: V := W
-                        bset.copy.start(i, b.comm.asnumpy())
+                        bset.copy.start(i, b.comm)
         return lambda: [self.backend.seal_next(b) for b in bset.buckets]
 
     def _kept_gradient(self, bset, b, t):
