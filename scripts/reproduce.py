@@ -648,10 +648,17 @@ def load_speed_config(path, quick, workers=None):
     return cfg
 
 
-def run_speed(cfg, out_dir, iterations):
-    """One bench.overlap run per (model, batch, bandwidth): the four algorithms plus the
-    communication-only rounds that calibrate phi and psi + delta, all in one job taking turns
-    (timing: interleaved) or one job each (separate)."""
+SPEED_BOTH_WAYS = ALGORITHMS + ["bitsgd_2bit", "cdsgd_2bit"]  # fig10 --pull-compression 2bit
+
+
+def run_speed(cfg, out_dir, iterations, algorithms=ALGORITHMS):
+    """One bench.overlap run per (model, batch, bandwidth): the algorithms (the four, or with
+    --pull-compression 2bit also BIT-SGD and CD-SGD both ways) plus the communication-only
+    rounds that calibrate phi and psi + delta, all in one job taking turns (timing:
+    interleaved) or one job each (separate)."""
+    if algorithms != ALGORITHMS and cfg["timing"] != "interleaved":
+        sys.exit("reproduce: --pull-compression 2bit times fig10 interleaved only (timing: interleaved), "
+                 "got timing: %s" % cfg["timing"])
     cases = []
     total = len(cfg["models"]) * len(cfg["batches"]) * len(cfg["bandwidths"])
     for model in cfg["models"]:
@@ -663,7 +670,8 @@ def run_speed(cfg, out_dir, iterations):
                        "--batch", str(batch), "--bandwidth", bw, "--workers", str(cfg["workers"]),
                        "--servers", str(cfg["servers"]), "--iterations", str(iterations or cfg["iterations"]),
                        "--warmup", str(cfg["warmup"]), "--k", str(cfg["k"]), "--threshold", str(cfg["threshold"]),
-                       "--compute-iterations", "3"] + (["--interleaved"] if cfg["timing"] == "interleaved" else [])
+                       "--compute-iterations", "3", "--algorithms", ",".join(algorithms)] + \
+                    (["--interleaved"] if cfg["timing"] == "interleaved" else [])
                 log = os.path.join(out_dir, "logs", "%s-b%d-%s.jsonl" % (model, batch, bw))
                 if REPLOT:
                     if not os.path.exists(log):
@@ -678,21 +686,21 @@ def run_speed(cfg, out_dir, iterations):
                         sys.exit("reproduce: the %s/batch %d/%s case failed:\n%s" % (model, batch, bw,
                                                                                     (proc.stdout + proc.stderr)[-1500:]))
                 cases.append(summarize_case(model, batch, bw, [json.loads(l) for l in stdout.splitlines()
-                                                               if l.startswith("{")], cfg["k"]))
+                                                               if l.startswith("{")], cfg["k"], algorithms))
     return cases
 
 
-def summarize_case(model, batch, bandwidth, rows, k):
+def summarize_case(model, batch, bandwidth, rows, k, algorithms=ALGORITHMS):
     """Measured iteration times, speedups over BIT-SGD (T_bit / T - 1) and the time model's
     prediction from costs calibrated in the same case (tau: forward/backward alone; phi and
     psi + delta: the communication-only rounds)."""
     from cdsgd_mx import timemodel
     comm = next(r for r in rows if "phi_ms" in r)
-    runs = {r["job"]: r for r in rows if r.get("job") in ALGORITHMS}
-    tau = sum(r["compute_ms"] for r in runs.values()) / len(runs)
+    runs = {r["job"]: r for r in rows if r.get("job") in algorithms}
+    tau = sum(runs[a]["compute_ms"] for a in ALGORITHMS) / len(ALGORITHMS)
     costs = timemodel.calibrate(tau, comm["phi_ms"], comm["psi_plus_delta_ms"])
     predicted = timemodel.predict(costs, k)
-    measured = {a: runs[a]["iter_ms"] for a in ALGORITHMS if a in runs}
+    measured = {a: runs[a]["iter_ms"] for a in algorithms if a in runs}
     # interleaved: the same speedup cycle by cycle (each cycle ran every algorithm once)
     cycles = {a: r["cycle_iter_ms"] for a, r in runs.items() if "cycle_iter_ms" in r}
     per_cycle = {a: [b / t - 1 for b, t in zip(cycles["bitsgd"], ts)] for a, ts in cycles.items() if a != "bitsgd"}
@@ -718,9 +726,11 @@ def plot_speed(cases, out_dir):
     for ax, (batch, bw) in zip(axes[0], panels):
         sel = [c for c in cases if (c["batch"], c["bandwidth"]) == (batch, bw)]
         x = np.arange(len(sel))
-        for i, alg in enumerate(["ssgd", "odsgd", "cdsgd"]):
+        shown = [a for a in ["ssgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"] if a in sel[0]["speedup_over_bitsgd"]]
+        width = 0.8 / len(shown)
+        for i, alg in enumerate(shown):
             vals = [100 * c["speedup_over_bitsgd"][alg] for c in sel]
-            bars = ax.bar(x + (i - 1) * 0.27, vals, 0.27, label=LABELS[alg])
+            bars = ax.bar(x + (i - (len(shown) - 1) / 2) * width, vals, width, label=LABELS[alg])
             ax.bar_label(bars, fmt="%+.0f%%", fontsize=8)
         ax.axhline(0, color="k", linewidth=0.8)
         ax.margins(y=0.25)  # room for the bar labels above the legend
@@ -766,6 +776,19 @@ def table_speed(exp, cases, quick, workers):
             lines.append("| %s | %d | %s | %s | %s |" % (c["model"], c["batch"], c["bandwidth"],
                                                         ", ".join("%+.0f%%" % (100 * v) for v in pc["cdsgd"]),
                                                         ", ".join("%+.0f%%" % (100 * v) for v in over_ssgd)))
+    both = [c for c in cases if "cdsgd_2bit" in c["measured_ms"]]
+    if both:  # --pull-compression 2bit: both ways against one way, in the same jobs
+        lines += ["", "2 bits both ways (`--pull-compression 2bit`), in the same jobs: ms per iteration, and "
+                  "CD-SGD both ways against CD-SGD cycle by cycle (T(CD-SGD) / T(CD-SGD both ways) - 1):", "",
+                  "| model | batch | link | BIT-SGD | BIT-SGD both ways | CD-SGD | CD-SGD both ways | "
+                  "CD-SGD both ways over CD-SGD | per cycle |", "|---|---|---|---|---|---|---|---|---|"]
+        for c in both:
+            m = c["measured_ms"]
+            one, two = c["per_cycle_speedup_over_bitsgd"].get("cdsgd"), c["per_cycle_speedup_over_bitsgd"].get("cdsgd_2bit")
+            cycles = ", ".join("%+.0f%%" % (100 * ((1 + b) / (1 + a) - 1)) for a, b in zip(one, two)) if one and two else "-"
+            lines.append("| %s | %d | %s | %.1f | %.1f | %.1f | %.1f | %+.0f%% | %s |" % (
+                c["model"], c["batch"], c["bandwidth"], m["bitsgd"], m["bitsgd_2bit"], m["cdsgd"], m["cdsgd_2bit"],
+                100 * (m["cdsgd"] / m["cdsgd_2bit"] - 1), cycles))
     lines += ["", "Paper (CD-SGD over BIT-SGD, as the text lists them per panel, models in the figure's order): "
               + "; ".join("%s: %s" % kv for kv in exp["paper"].items()) + ".", "",
               "## Time model (eqs. 2-7) against measurement", "",
@@ -823,7 +846,7 @@ def main(argv=None):
                     "with the same settings (without it such runs are reused)")
     ap.add_argument("--pull-compression", default="none", choices=("none", "2bit"),
                     help="2bit: run BIT-SGD and CD-SGD with 2 bits both ways against without, instead of the "
-                         "four algorithms (fig6, fig7, fig8)")
+                         "four algorithms (fig6, fig7, fig8); fig10: time them beside the four, in the same jobs")
     args = ap.parse_args(argv)
     global REPLOT, RERUN
     REPLOT, RERUN = args.replot, args.rerun
@@ -847,16 +870,17 @@ def main(argv=None):
     name = "fig9" if args.experiment == "table2" else args.experiment
     names, curve_runs, both = ALGORITHMS, CURVE_RUNS, args.pull_compression == "2bit"
     if both:
-        if exp["kind"] != "curves":
-            ap.error("--pull-compression applies to fig6, fig7 and fig8, not %s" % args.experiment)
-        names, curve_runs, exp["claims"] = BOTH_WAYS, BOTH_WAYS_RUNS, BOTH_WAYS_CLAIMS
+        if exp["kind"] not in ("curves", "speed"):
+            ap.error("--pull-compression applies to fig6, fig7, fig8 and fig10, not %s" % args.experiment)
+        if exp["kind"] == "curves":
+            names, curve_runs, exp["claims"] = BOTH_WAYS, BOTH_WAYS_RUNS, BOTH_WAYS_CLAIMS
     out_dir = os.path.abspath(args.out or os.path.join("results", name + ("-quick" if args.quick else "") +
                                                        ("-both-ways" if both else "")))
     os.makedirs(os.path.join(out_dir, "logs"), exist_ok=True)
     if exp["kind"] == "speed":
         cfg = load_speed_config(os.path.join(ROOT, exp["config"]), args.quick and exp["quick"],
                                 exp["workers"][0] if args.workers else None)
-        cases = run_speed(cfg, out_dir, args.iterations)
+        cases = run_speed(cfg, out_dir, args.iterations, SPEED_BOTH_WAYS if both else ALGORITHMS)
         with open(os.path.join(out_dir, "fig10.json"), "w") as f:
             json.dump(cases, f, indent=1)
         plots = plot_speed(cases, out_dir)

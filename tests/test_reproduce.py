@@ -97,6 +97,32 @@ def test_fig10_interleaved_case_gives_speedups_cycle_by_cycle():
         rp.EXPERIMENTS["fig10"], [separate], True, 2)
 
 
+def test_fig10_both_ways_cases_compare_cdsgd_with_and_without_cycle_by_cycle():
+    rp = _reproduce_module()
+    cycles = {"ssgd": [200.0, 220.0], "bitsgd": [150.0, 150.0], "odsgd": [120.0, 100.0], "cdsgd": [100.0, 120.0],
+              "bitsgd_2bit": [60.0, 75.0], "cdsgd_2bit": [80.0, 100.0]}
+    rows = [{"job": a, "compute_ms": 100.0 if a in rp.ALGORITHMS else 999.0, "iter_ms": sum(c) / 2, "params": 10,
+             "cycle_iter_ms": c} for a, c in cycles.items()]
+    rows.append({"phi_ms": 80.0, "psi_plus_delta_ms": 20.0, "cdsgd_comm_ms": 32.0})
+    case = rp.summarize_case("alexnet", 32, "1gbit", rows, 5, rp.SPEED_BOTH_WAYS)
+    assert case["tau_ms"] == 100.0  # tau from the four algorithms' jobs, as without
+    assert case["predicted_ms"]["cdsgd"] == 100.0 and "cdsgd_2bit" not in case["predicted_ms"]
+    assert case["speedup_over_bitsgd"]["cdsgd_2bit"] == 150 / 90 - 1
+    table = rp.table_speed(rp.EXPERIMENTS["fig10"], [case], True, 2)
+    # CD-SGD 110 ms, both ways 90 ms: +22%; per cycle 100/80 - 1 and 120/100 - 1
+    assert "| alexnet | 32 | 1gbit | 150.0 | 67.5 | 110.0 | 90.0 | +22% | +25%, +20% |" in table
+    one_way = rp.summarize_case("alexnet", 32, "1gbit", rows, 5)
+    assert "cdsgd_2bit" not in one_way["measured_ms"] and "both ways" not in rp.table_speed(
+        rp.EXPERIMENTS["fig10"], [one_way], True, 2)
+
+
+def test_fig10_both_ways_needs_interleaved_timing(tmp_path):
+    rp = _reproduce_module()
+    cfg = {"timing": "separate"}
+    with pytest.raises(SystemExit, match="interleaved only"):
+        rp.run_speed(cfg, str(tmp_path), None, rp.SPEED_BOTH_WAYS)
+
+
 def test_table2_epoch_time_is_the_mean_per_epoch():
     rp = _reproduce_module()
     iters = [{"epoch": 0, "iter_ms": 500.0}, {"epoch": 0, "iter_ms": 700.0}, {"epoch": 1, "iter_ms": 800.0}]
