@@ -129,20 +129,25 @@ def decode_sgd(wire, weight, mom, n, threshold, runs, momentum, rescale_grad, cl
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
 
 
+PULL_LEVEL = _native.PULL_LEVEL          # a 2-bit pull's step: this many times the RMS change
+PULL_THRESHOLD = _native.PULL_THRESHOLD  # a value moves where |w - v| >= this many steps
+
+
 def pull_scales(w, v, pieces):
-    """The scale of each piece (begin, end) of a 2-bit pull: the root mean square of w - v over
-    it (the float32 differences squared and summed in float64, in a fixed order whatever the
-    thread count), as a float32 value; 1.0 where it is 0. CPU only."""
+    """The step s of each piece (begin, end) of a 2-bit pull: PULL_LEVEL times the root mean
+    square of w - v over it (the float32 differences squared and summed in float64, in a fixed
+    order whatever the thread count, times PULL_LEVEL in float64), as a float32 value; 1.0 where
+    it is 0. CPU only."""
     return _native.pull_scales(_array(w, False), _array(v, False), pieces)
 
 
 def pull_encode(w, v, pieces, wire, threads=None):
-    """The server's encode of a 2-bit pull (pull_compression.py), in two passes: the scales s
+    """The server's encode of a 2-bit pull (pull_compression.py), in two passes: the steps s
     of the pieces [(begin, end)] (pull_scales), then for each value of a piece code = +1 where
-    (w - v) / s >= 1, -1 where <= -1, else 0; v += code * s; the codes written into wire
-    (ceil(v.size/16) ternary16 words). A value outside every piece gets code 0. Bit for bit
-    what quantize (at 1, of (w - v) / s with a zero gradient), dequantize, a multiply by s and
-    an add give. Returns the scales; raises FloatingPointError, with v and wire unchanged,
+    (w - v) / s >= PULL_THRESHOLD, -1 where <= -PULL_THRESHOLD, else 0; v += code * s; the
+    codes written into wire (ceil(v.size/16) ternary16 words). A value outside every piece gets
+    code 0. Bit for bit what quantize (at PULL_THRESHOLD, of (w - v) / s with a zero gradient),
+    dequantize at 1, a multiply by s and an add give. Returns the scales; raises FloatingPointError, with v and wire unchanged,
     where w - v is not finite. CPU only."""
     scales = _native.pull_encode(_array(w, False), _array(v, True), pieces, _array(wire, True), _threads(threads))
     if not all(np.isfinite(scales)):

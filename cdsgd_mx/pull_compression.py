@@ -2,9 +2,9 @@
 2-bit codes of the weights' change instead of fp32 W, with the error kept on the server.
 
 For each bucket the server keeps V, the weights every worker holds. After the round's global
-update it quantizes e = W(t+1) - V, each parameter's piece with its own scale s_p that follows
-the size of its change (scale()): codes +1 where e / s_p >= 1, -1 where <= -1, else 0; it sends
-the codes (ternary16 words, as a push's) and the scales, and V += code * s_p on the server and on
+update it quantizes e = W(t+1) - V, each parameter's piece with its own step s_p that follows
+the size of its change (scale()): codes +1 where e / s_p >= 1/2, -1 where <= -1/2, else 0; it
+sends the codes (ternary16 words, as a push's) and the steps, and V += code * s_p on the server and on
 every worker alike, so V stays bit-identical everywhere and W - V is the server's error feedback. A re-sync
 round (CD-SGD's k-step correction; BIT-SGD's every resync_every-th step) pulls fp32 W and both
 sides set V := W. Pushes are unchanged.
@@ -14,14 +14,18 @@ The down payload of a bucket (its down key, on the bucket's server; protocol.py)
 the two norms after the update (every NORMS_EVERY-th round; the last ones in between), so
 that a worker can log ||W - V|| / ||W|| at no cost.
 
-The scale rule, chosen by measurement (docs/performance.md, "2 bits both ways"): s_p = the root
-mean square of e over the parameter's piece (summed in float64 in the codec's fixed order, as
-float32; the server computes it and the codes in native passes, codec.pull_encode, and a worker
-decodes with codec.pull_decode). A fixed threshold in weight
+The rule, chosen by measurement (docs/performance.md, "2 bits both ways"): s_p = 1.75 times the
+root mean square of e over the parameter's piece (codec.PULL_LEVEL; summed in float64 in the
+codec's fixed order, as float32), and a value moves where |e| >= s_p / 2, 0.875 RMS
+(codec.PULL_THRESHOLD). The server computes the steps and the codes in native passes
+(codec.pull_encode), a worker decodes with codec.pull_decode. A fixed threshold in weight
 space would round every change to 0 after a learning-rate decay; the RMS follows the change
 down, and since e holds the error not yet sent, a lagging V makes s grow until it catches up.
-Measured against the mean of |e| and twice it: the same error in steady state (0.72 of a step),
-and after a 100x decay it catches up 5x faster than the mean. Per parameter, not per bucket: one
+A step larger than the threshold: with error feedback an overshoot is taken back the next
+round, and V stays nearer W than with the step at the threshold (the first rule, s_p = RMS,
+moving where |e| >= s_p): 0.80 against 1.39 steps behind W under SGD with momentum 0.9, 0.60
+against 0.73 without. The RMS against the mean of |e| and twice it: the same error in steady
+state, and after a 100x decay it catches up 5x faster than the mean. Per parameter, not per bucket: one
 scale for a bucket is set by its parameters with the largest changes, and Inception-BN's small
 biases and betas then held V 40-55% away from W (fig7 --quick lost 26 pp; docs/reproduction.md).
 
@@ -58,9 +62,10 @@ def relative_error(norms):
 
 
 def scale(e):
-    """The quantizer's scale for the change e (float32): the root mean square of e (its
-    squares summed in float64 in the codec's fixed order, rounded to float32); 1.0 where e is
-    all zeros (every code is 0 anyway). What codec.pull_encode computes for each piece."""
+    """The quantizer's step for the change e (float32): codec.PULL_LEVEL times the root mean
+    square of e (its squares summed in float64 in the codec's fixed order, rounded to float32);
+    1.0 where e is all zeros (every code is 0 anyway). What codec.pull_encode computes for each
+    piece."""
     e = np.ascontiguousarray(e, np.float32).reshape(-1)
     return codec.pull_scales(e, np.zeros_like(e), [(0, e.size)])[0]
 
@@ -113,7 +118,7 @@ class ServerCopies:
                              % (wk, flag, PULL_FP32, PULL_2BIT))
         v, down, words, pieces = self.v[wk], self._down[wk], self._words[wk], self._pieces[wk]
         w = weight[0:v.size]  # read in place through DLPack (asnumpy's copy costs 1 ms per 1M values)
-        # the scales, the codes of (W - V) / s_p at 1, V += code * s_p and the wire words, in
+        # the steps, the codes of (W - V) / s_p at 1/2, V += code * s_p and the wire words, in
         # native passes: the very float32 operations every worker's decode makes, so V stays
         # bit-identical everywhere
         try:

@@ -60,14 +60,23 @@ int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t s
 // its own scale s > 0; a value outside every piece has code 0.
 struct Piece { int64_t begin, end; float scale; };
 
-// The scale of each piece: the root mean square of w - v over it (float32 differences, their
-// squares summed in float64 in a fixed order, see sum_of_squares), as float32; 1 where it is 0.
+// The rule (pull_compression.py): a piece's step s is kPullLevel times the root mean square of
+// its change e = w - v, and a value moves by +-s where |e| >= kPullThreshold * s (0.875 RMS).
+// Chosen by measurement: with error feedback an overshoot is taken back the next round, and a
+// step larger than the threshold keeps V nearer W than the plain threshold rule (step = threshold
+// = RMS): 0.80 against 1.39 steps of SGD with momentum 0.9 behind, 0.60 against 0.73 without.
+constexpr double kPullLevel = 1.75;
+constexpr float kPullThreshold = 0.5f;
+
+// The step of each piece: kPullLevel times the root mean square of w - v over it (float32
+// differences, their squares summed in float64 in a fixed order, see sum_of_squares), as
+// float32; 1 where it is 0.
 void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t npieces, float* scales);
 
-// The server's encode, one pass: per value e = w - v, x = e / s; code +1 where x >= 1, -1 where
-// x <= -1, else 0; v += code * s; the codes written as ceil(n/16) ternary16 wire words. The same
-// float32 operations as quantize_2bit(0, e / s, threshold 1) + dequantize_2bit(threshold 1) * s
-// + v, so the result is bit for bit theirs.
+// The server's encode, one pass: per value e = w - v, x = e / s; code +1 where x >= 1/2, -1
+// where x <= -1/2, else 0; v += code * s; the codes written as ceil(n/16) ternary16 wire words.
+// The same float32 operations as quantize_2bit(0, e / s, threshold 1/2), then
+// dequantize_2bit(threshold 1) * s + v, so the result is bit for bit theirs.
 void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64_t npieces, uint32_t* wire,
                  int threads);
 

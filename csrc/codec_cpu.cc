@@ -374,8 +374,8 @@ void pull_encode_segment(const float* w, float* v, uint8_t* code, int64_t m, flo
   std::memcpy(&nb, &neg_s, 4);
   for (int64_t i = 0; i < m; ++i) {
     const float x = (w[i] - v[i]) / s;
-    const uint32_t pos = 0u - static_cast<uint32_t>(x >= 1.0f);  // NaN: neither
-    const uint32_t neg = 0u - static_cast<uint32_t>(x <= -1.0f);
+    const uint32_t pos = 0u - static_cast<uint32_t>(x >= kPullThreshold);  // NaN: neither
+    const uint32_t neg = 0u - static_cast<uint32_t>(x <= -kPullThreshold);
     const uint32_t stepb = (sb & pos) | (nb & neg);  // +0.0f where the code is 0
     float step;
     std::memcpy(&step, &stepb, 4);
@@ -408,8 +408,8 @@ void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t np
   for (int64_t k = 0; k < npieces; ++k) {
     const int64_t m = pieces[k].end - pieces[k].begin;
     const double mean = sum_of_squares(w + pieces[k].begin, v + pieces[k].begin, m) / static_cast<double>(m > 0 ? m : 1);
-    const float rms = static_cast<float>(std::sqrt(mean));
-    scales[k] = rms == 0.0f ? 1.0f : rms;  // all zeros: every code is 0 anyway
+    const float step = static_cast<float>(std::sqrt(mean) * kPullLevel);
+    scales[k] = step == 0.0f ? 1.0f : step;  // all zeros: every code is 0 anyway
   }
 }
 

@@ -537,6 +537,8 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<int64_t, const std::string&>(), py::arg("n"), py::arg("format"))
       .def_property_readonly("pinned", &HostBuffer::pinned)
       .def_buffer(&HostBuffer::info);
+  m.attr("PULL_LEVEL") = cdsgd::kPullLevel;
+  m.attr("PULL_THRESHOLD") = static_cast<double>(cdsgd::kPullThreshold);
 #ifdef CDSGD_WITH_CUDA
   m.attr("built_with_cuda") = true;
 #else

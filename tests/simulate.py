@@ -8,10 +8,10 @@ for bitsgd after warm-up, for cdsgd codes unless (t - n) % k == 0.
 2-bit both ways (pull={"buckets": ..., "resync_every": R}): every worker holds V, not W. After the
 global update of a step that pushed codes and is not a re-sync (cdsgd: every compressed step;
 bitsgd: (t - n) % R != 0), per bucket (its parameters' pieces back to back, as the engine lays
-them out): e = W(t+1) - V; per piece p, s_p = the RMS of e over it (codec.pull_scales: the one
-operation shared with the code under test, since a float64 sum's last bits depend on its order;
-tests/test_codec.py checks it against an exact sum); codes of e / s_p by the threshold rule at 1 (float32 division); V +=
-code * s_p. Every other step: V = W(t+1). The worker's weights then come from V where they came
+them out): e = W(t+1) - V; per piece p, s_p = 1.75 times the RMS of e over it
+(codec.pull_scales: the one operation shared with the code under test, since a float64 sum's
+last bits depend on its order; tests/test_codec.py checks it against an exact sum); codes of
+e / s_p by the threshold rule at 1/2 (float32 division); V += code * s_p. Every other step: V = W(t+1). The worker's weights then come from V where they came
 from W.
 """
 import numpy as np
@@ -123,7 +123,7 @@ def pulled(W, held, pull, compressed):
         ends = np.cumsum(sizes).tolist()
         scales = codec.pull_scales(w, v, [(end - size, end) for size, end in zip(sizes, ends)])
         s = np.repeat(np.array(scales, np.float32), [e - b for _, b, e in pieces])
-        packed, _ = ref.quantize(e_ / s, np.zeros_like(e_), 1.0)
+        packed, _ = ref.quantize(e_ / s, np.zeros_like(e_), 0.5)  # codes where |e| >= s / 2
         v = v + ref.dequantize(packed, e_.size, 1.0) * s
         at = 0
         for i, b, e in pieces:

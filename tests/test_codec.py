@@ -507,7 +507,8 @@ def test_decode_sgd_refuses_a_corrupt_payload_before_changing_anything():
 
 
 # 2-bit pulls (pull_compression.py): the fused server encode and worker decode against the
-# unfused operations they replace (reference quantize at 1 of (w - v) / s, dequantize, * s, +).
+# unfused operations they replace (reference quantize at 1/2 of (w - v) / s, dequantize at 1,
+# * s, +).
 def unfused_pull(w, v, pieces, scales):
     e = w - v
     x = np.zeros_like(e)
@@ -515,17 +516,18 @@ def unfused_pull(w, v, pieces, scales):
     for (b, end), sp in zip(pieces, scales):
         x[b:end] = e[b:end] / np.float32(sp)
         s[b:end] = sp
-    packed, _ = ref.quantize(np.zeros_like(e), x, 1.0)
+    packed, _ = ref.quantize(np.zeros_like(e), x, 0.5)
     step = ref.dequantize(packed, e.size, 1.0)
     inside = s > 0
     step[inside] = step[inside] * s[inside]
     return packed, v + step
 
 
-def exact_rms(d):
-    """float32 of sqrt(exact sum of squares / n), the float64 squares summed without rounding."""
+def exact_step(d):
+    """float32 of 1.75 sqrt(exact sum of squares / n), the float64 squares summed without rounding."""
     import math
-    return float(np.float32(math.sqrt(math.fsum(float(x) * float(x) for x in d.astype(np.float64)) / max(d.size, 1))))
+    assert codec.PULL_LEVEL == 1.75 and codec.PULL_THRESHOLD == 0.5
+    return float(np.float32(1.75 * math.sqrt(math.fsum(float(x) * float(x) for x in d.astype(np.float64)) / max(d.size, 1))))
 
 
 @pytest.mark.parametrize("n,threads", [(1, 1), (17, 1), (4099, 1), ((1 << 20) + 37, 2)])
@@ -540,9 +542,9 @@ def test_pull_encode_and_decode_equal_the_unfused_steps(n, threads):
         pieces.pop(1)
     scales = codec.pull_scales(w, v, pieces)
     for (b, end), sp in zip(pieces, scales):
-        assert sp == pytest.approx(exact_rms(w[b:end] - v[b:end]), rel=2 ** -23)
+        assert sp == pytest.approx(exact_step(w[b:end] - v[b:end]), rel=2 ** -23)
     b0, e0 = pieces[0]
-    v[b0:e0][:2] = w[b0:e0][:2] - np.float32(scales[0]) * np.array([1, -1], np.float32)[: e0 - b0]  # near ties
+    v[b0:e0][:2] = w[b0:e0][:2] - np.float32(scales[0] / 2) * np.array([1, -1], np.float32)[: e0 - b0]  # near ties
     scales = codec.pull_scales(w, v, pieces)
     want_packed, want_v = unfused_pull(w, v, pieces, scales)
     got_v, wire = v.copy(), np.zeros(codec.packed_size(n), np.float32)
@@ -566,7 +568,7 @@ def test_pull_scales_are_the_rms_in_a_fixed_order_whatever_the_threads():
     assert got[1] == 1.0  # an empty piece: all zeros
     for (b, e), s in zip(pieces, got):
         if e > b:
-            assert s == pytest.approx(exact_rms(w[b:e] - v[b:e]), rel=2 ** -23)
+            assert s == pytest.approx(exact_step(w[b:e] - v[b:e]), rel=2 ** -23)
     codec.set_num_threads(2)
     try:
         assert codec.pull_scales(w, v, pieces) == got

@@ -113,6 +113,22 @@ def test_the_scale_follows_the_change_after_a_learning_rate_decay():
             assert errors[-1] < 0.5 * errors[0], errors
 
 
+def test_under_momentum_v_stays_within_a_step_of_w():
+    """SGD with momentum 0.9 moves W in persistent directions; the rule (step 1.75 RMS, codes
+    where |e| >= 0.875 RMS) keeps V about 0.8 of a step behind (the first rule, step = threshold
+    = RMS, fell 1.4 steps behind: this test fails with it)."""
+    rng = np.random.default_rng(1)
+    w = rng.normal(0, 1, 20000).astype(np.float32)
+    copies, mom, errors = _copies(w), np.zeros_like(w), []
+    for t in range(60):
+        mom = np.float32(0.9) * mom + rng.normal(0, 1, w.size).astype(np.float32)
+        step = np.float32(0.01) * mom
+        w -= step
+        copies.after_update(7, _nd(w), 2.0)
+        errors.append(np.linalg.norm(w - copies.v[7]) / np.linalg.norm(step))
+    assert 0.3 < np.mean(errors[20:]) < 1.0, errors
+
+
 def test_the_down_payload_is_a_quarter_byte_per_value_plus_a_few_bytes():
     n = 1 << 16
     words = codec.packed_size(n)
@@ -162,8 +178,8 @@ def test_each_parameter_has_its_own_scale():
     assert wire[words] > 10 * wire[words + 1] > 0  # the two scales, each its piece's
 
 
-def test_scale_is_the_rms_change():
-    assert scale(np.array([1, -7], np.float32)) == 5.0
+def test_the_step_is_1_75_times_the_rms_change():
+    assert scale(np.array([1, -7], np.float32)) == 1.75 * 5.0  # PULL_LEVEL times the RMS
     assert scale(np.zeros(5, np.float32)) == 1.0
 
 
