@@ -49,21 +49,34 @@ def meta(head=0, body=b"", request=True, push=False, pull=False, simple_app=Fals
     return out
 
 
-def send(port, frames, identity=b"ps%02d" % FIRST_WORKER_ID, host="127.0.0.1"):
-    """Send one message (a list of frames: meta, then data) to host:port and hang up."""
+def send(port, *messages, identity=b"ps%02d" % FIRST_WORKER_ID, host="127.0.0.1"):
+    """Send messages (each a list of frames: meta, then data) to host:port over one connection,
+    in order, and hang up. One connection, because a ROUTER socket turns away a connection whose
+    identity is still held by one it has not yet seen close (ZMQ_ROUTER_HANDOVER is off), so a
+    second quick connection as "ps09" could lose its message."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, identity)
     sock.setsockopt(zmq.LINGER, 2000)
     sock.connect("tcp://%s:%d" % (host, port))
-    sock.send_multipart(frames)
+    for frames in messages:
+        sock.send_multipart(frames)
     sock.close()
     ctx.term()
 
 
-def command(port, head, body):
+def command_frames(head, body):
     """A SimpleApp request, as MXNet's kv._send_command_to_servers sends one."""
-    send(port, [meta(head=head, body=body, simple_app=True)])
+    return [meta(head=head, body=body, simple_app=True)]
+
+
+def command(port, head, body):
+    send(port, command_frames(head, body))
+
+
+def commands(port, heads_bodies):
+    """Several SimpleApp requests over one connection, received in this order."""
+    send(port, *[command_frames(h, b) for h, b in heads_bodies])
 
 
 def push(port, key, values):
