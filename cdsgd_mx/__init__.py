@@ -23,6 +23,8 @@ def _register_kvstore():
     if _os.environ.get("DMLC_ROLE") in ("server", "scheduler") or _entry_point() in _WITHOUT_MXNET \
             or _importlib_util.find_spec("mxnet") is None:
         return
+    from .mxnet_import import import_mxnet
+    import_mxnet()  # without scikit-learn: 0.85 s less CPU at every start (mxnet_import.py)
     from . import kvstore  # noqa: F401  (KVStoreBase.register runs on import)
 
 

@@ -60,6 +60,7 @@ import traceback
 import numpy as np
 
 from . import auth, codec, heartbeat, proofs, protocol
+from .mxnet_import import import_mxnet
 from .pull_compression import ServerCopies
 from .server_update import GlobalUpdate
 
@@ -356,7 +357,7 @@ def run_node():
     if role == "scheduler":
         return run_scheduler()
     os.environ["DMLC_ROLE"] = "worker"  # importing mxnet as a server would start the stock loop
-    import mxnet as mx
+    mx = import_mxnet()  # without scikit-learn (mxnet_import.py)
     from mxnet.base import _LIB, check_call
     os.environ["DMLC_ROLE"] = role
     secret = None
@@ -414,6 +415,6 @@ def serve_if_not_worker():
 
 if __name__ == "__main__":
     if "--stock" in sys.argv[1:]:
-        import mxnet  # noqa: F401  (MXNet's own server loop runs on import)
+        import_mxnet()  # MXNet's own server loop runs on import
     else:
         run_node()

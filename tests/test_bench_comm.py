@@ -62,10 +62,11 @@ def test_paired_mode_alternates_fp32_and_2bit_rounds_in_one_job(tmp_path):
 def test_both_ways_systems_pull_a_quarter_byte_per_value(tmp_path):
     """bitsgd_2bit and paired_pull (issue 29): their rounds run, push what bitsgd pushes plus one
     pull flag per bucket, and the table prints the both-ways wire bound beside the others."""
-    out = tmp_path / "both.json"
+    out, traces = tmp_path / "both.json", tmp_path / "traces"
     proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
                            "--rounds", "4", "--systems", "stock_2bit,bitsgd,bitsgd_2bit,cdsgd_2bit,paired_pull",
-                           "--bucket-size", "20000", "--json", str(out)], capture_output=True, text=True, timeout=600)
+                           "--bucket-size", "20000", "--json", str(out), "--trace", str(traces)],
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = json.loads(out.read_text())["runs"][0]
     assert "both bound" in proc.stdout and "bitsgd_2bit/bitsgd" in proc.stdout
@@ -78,6 +79,31 @@ def test_both_ways_systems_pull_a_quarter_byte_per_value(tmp_path):
     assert p["ratio"] == pytest.approx(p["bitsgd_2bit_ms"] / p["bitsgd_ms"])
     assert "paired_pull in one job (4 rounds of each): bitsgd %.1f ms, bitsgd_2bit %.1f ms" % (
         p["bitsgd_ms"], p["bitsgd_2bit_ms"]) in proc.stdout
+    # --trace: every worker of the project's jobs left its trace; the spans of the timed rounds
+    # are printed (a both-ways round decodes its pull; a one-way round has nothing to decode)
+    for system in ("bitsgd", "bitsgd_2bit", "cdsgd_2bit", "paired_pull"):
+        for rank in (0, 1):
+            assert (traces / ("lenet5-none-%s-rank%d.json" % (system, rank))).exists()
+    assert not list(traces.glob("*stock_2bit*"))
+    spans = run["systems"]["bitsgd_2bit"]["spans"]
+    assert len(spans) == 2 and all(s["decode pull"] > 0 and s["quantize"] > 0 for s in spans)
+    assert "decode pull" not in run["systems"]["bitsgd"]["spans"][0]
+    assert "where the rounds went" in proc.stdout and "lenet5 none bitsgd_2bit rank 1: " in proc.stdout
+
+
+def test_span_medians_take_each_timed_step_total_and_count_a_missing_span_as_zero(tmp_path):
+    from cdsgd_mx.bench.comm import span_medians
+    ev = lambda name, step, ms: {"name": name, "ph": "X", "ts": 0, "dur": 1e3 * ms, "pid": 0, "tid": 0,
+                                 "args": {"step": step}}
+    events = [ev("step", t, 10.0 + t) for t in range(6)]
+    events += [ev("decode pull", t, 1.0) for t in (0, 4, 5)] + [ev("decode pull", 5, 2.0)]  # two buckets at step 5
+    events += [ev("resend", 1, 50.0), {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "x"}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    got = span_medians(str(path), first_step=2)  # steps 2..5
+    assert got["step"] == pytest.approx(13.5)
+    assert got["decode pull"] == pytest.approx(0.5)  # 0, 0, 1, 3 ms
+    assert "resend" not in got  # only before the timed steps
 
 
 @pytest.mark.parametrize("args,message", [

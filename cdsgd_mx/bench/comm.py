@@ -3,7 +3,7 @@
     python -m cdsgd_mx.bench.comm [--bandwidth 1gbit,10gbit,none] [--models inception_bn,resnet20,alexnet]
         [--workers 2] [--servers 1] [--rounds 30]
         [--systems stock_fp32,stock_2bit,ssgd,bitsgd,cdsgd,bitsgd_2bit,cdsgd_2bit]
-        [--bucket-size N] [--timeout SEC] [--json PATH]
+        [--bucket-size N] [--timeout SEC] [--json PATH] [--trace DIR]
 
 Tells whether compression pays on a link. For each model and link, each system runs as its own
 job under the launcher (scheduler, servers and workers on this machine; a link other than
@@ -38,6 +38,9 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
   both bound  W * (0.25 B pushed + 0.25 B pulled) * values / link rate: 2 bits both ways
   a/b         ratio of the two systems' times (< 1: a is faster)
 Bytes pushed per round per worker by the project's systems are printed under the table.
+--trace DIR: each worker of the project's jobs writes a chrome trace of its timed rounds to
+DIR/<model>-<link>-<system>-rank<r>.json (docs/design.md, "Tracing"), and the median time per
+round of each span (quantize, push codes, decode pull, ...) is printed under the table.
 """
 import argparse
 import json
@@ -129,6 +132,9 @@ def worker(args):
             if args.system.endswith("_2bit") or args.system == "paired_pull":
                 extra.update(pull_compression="2bit", resync_every=1 << 30)  # bitsgd: only step 0 re-syncs
             algorithm = "bitsgd" if args.system in PAIRED else args.system.replace("_2bit", "")
+            if args.trace:
+                extra["trace"] = trace_path(args.trace, args.models, args.link, args.system,
+                                            os.environ.get("CDSGD_LAUNCH_INDEX", "0"))
             trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync",
                                        algorithm=algorithm, warmup_steps=0, k=5, **extra)
             if args.system in PAIRED:
@@ -161,6 +167,8 @@ def worker(args):
         even_ms, odd_ms = statistics.median(kinds[False]), statistics.median(kinds[True])
         rank = trainer._kvstore.rank
         names = [alg + ("_2bit" if pull == "2bit" else "") for alg, pull in PAIRED[args.system]]
+        if args.trace:
+            trainer.save_trace()
         print("RESULT " + json.dumps({"rank": rank, "ms": odd_ms, "even_ms": even_ms, "odd_ms": odd_ms,
                                       names[0] + "_ms": even_ms, names[1] + "_ms": odd_ms, "ratio": odd_ms / even_ms,
                                       "bytes_per_round": (pushed() - b0) / (2 * args.rounds)}), flush=True)
@@ -180,6 +188,8 @@ def worker(args):
             times.append(1e3 * (time.perf_counter() - t0))
         ms = statistics.median(times)
     rank = kv.rank if kv is not None else trainer._kvstore.rank
+    if args.trace and args.system in OUR_JOBS:
+        trainer.save_trace()
     print("RESULT " + json.dumps({"rank": rank, "ms": ms, "round_ms": times,
                                   "bytes_per_round": (pushed() - b0) / args.rounds if args.system in OURS else None}),
           flush=True)
@@ -224,6 +234,8 @@ def run_job(args, model, link, system):
             "--rounds", str(args.rounds)]
     if args.bucket_size:
         cmd += ["--bucket-size", str(args.bucket_size)]
+    if args.trace and system in OUR_JOBS:
+        cmd += ["--trace", os.path.abspath(args.trace), "--link", link]
     env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND="1000000", CDSGD_PROOF_STATS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     found = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
@@ -234,11 +246,51 @@ def run_job(args, model, link, system):
               "bytes_per_round": worst["bytes_per_round"]}
     if "ratio" in worst:  # paired: the worker with the larger ratio
         result.update({k: v for k, v in worst.items() if k.endswith("_ms") or k in ("ratio", "rank")})
+    if args.trace and system in OUR_JOBS:  # where the timed rounds went, worker by worker
+        result["spans"] = [span_medians(trace_path(args.trace, model, link, system, r["rank"]), WARMUP_ROUNDS)
+                           for r in result["workers"]]
     proofs = [json.loads(l.split("PROOF_STATS ", 1)[1]) for l in proc.stdout.splitlines() if "PROOF_STATS " in l]
     if proofs:  # the servers' proof checks, per round of one bucket, measured in the job itself
         result["server_proof_us"] = 1e6 * sum(p["seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
         result["server_proof_cpu_us"] = 1e6 * sum(p["cpu_seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
     return result
+
+
+def trace_path(folder, model, link, system, rank):
+    return os.path.join(folder, "%s-%s-%s-rank%s.json" % (model, link, system, rank))
+
+
+def span_medians(path, first_step):
+    """{span name: median over steps >= first_step of its total ms in that step} from a worker's
+    chrome trace (spans without a step are left out; "step" is the main thread's whole step)."""
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    per_step = {}
+    for e in events:
+        step = e.get("args", {}).get("step")
+        if e.get("ph") == "X" and step is not None and step >= first_step:
+            by_step = per_step.setdefault(e["name"], {})
+            by_step[step] = by_step.get(step, 0.0) + e["dur"] / 1e3
+    steps = {e["args"]["step"] for e in events if e.get("ph") == "X" and e.get("args", {}).get("step") is not None
+             and e["args"]["step"] >= first_step}
+    # a step without the span counts as 0 ms of it
+    return {name: statistics.median([d.get(t, 0.0) for t in sorted(steps)]) for name, d in per_step.items()}
+
+
+def print_spans(args, results):
+    """Under the table (--trace): each traced job's spans, median ms per round, per worker."""
+    lines = []
+    for (model, link), res in results.items():
+        for system, r in res.items():
+            if isinstance(r, dict) and r.get("spans"):
+                for w, spans in zip(r["workers"], r["spans"]):
+                    order = sorted(spans.items(), key=lambda kv: -kv[1])
+                    lines.append("  %s %s %s rank %d: %s" % (model, link, system, w["rank"], ", ".join(
+                        "%s %.2f" % kv for kv in order)))
+    if lines:
+        print("\nwhere the rounds went (--trace %s): median ms per round of each span, timed rounds only" % args.trace)
+        for line in lines:
+            print(line)
 
 
 def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
@@ -426,6 +478,7 @@ def leader(args):
         print(("%.1f ms" % r["ms"]) if "ms" in r else "failed: " + r["error"],
               "(job %.0f s)" % (time.time() - t0), flush=True)
     print_table(args, infos, results)
+    print_spans(args, results)
     print_proof_costs(args, results)
     if args.json:
         out = {"workers": args.workers, "servers": args.servers, "rounds": args.rounds,
@@ -454,6 +507,9 @@ def main(argv=None):
     ap.add_argument("--bucket-size", type=int, default=None, help="bucket_size of cdsgd_mx.Trainer (default: its own)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per job before it is killed")
     ap.add_argument("--json", default=None, metavar="PATH", help="write every number to PATH")
+    ap.add_argument("--trace", default=None, metavar="DIR",
+                    help="the project's workers write chrome traces to DIR; span medians are printed")
+    ap.add_argument("--link", default="none", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)

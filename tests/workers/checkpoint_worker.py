@@ -16,6 +16,8 @@ SHAPES = ((10,), (3, 4))
 
 
 def make_trainer(names=NAMES, optimizer="sgd", optimizer_params=None):
+    from cdsgd_mx.mxnet_import import import_mxnet
+    import_mxnet()  # as the project's own nodes start: without scikit-learn
     import mxnet as mx
     from mxnet import gluon
     import cdsgd_mx

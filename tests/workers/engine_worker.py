@@ -66,6 +66,8 @@ def main():
     ap.add_argument("--resume-at", type=int, default=None, help="load the checkpoint, continue from this step")
     args = ap.parse_args()
     cfg = json.loads(args.config)
+    from cdsgd_mx.mxnet_import import import_mxnet
+    import_mxnet()  # as the project's own nodes start: without scikit-learn
     import mxnet as mx
     from mxnet import gluon
 

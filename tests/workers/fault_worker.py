@@ -31,6 +31,8 @@ def main():
         time.sleep(40)
     if args.fault == "uneven" and index == 0:
         args.steps //= 2
+    from cdsgd_mx.mxnet_import import import_mxnet
+    import_mxnet()  # as the project's own nodes start: without scikit-learn
     import mxnet as mx
     from mxnet import gluon
     import cdsgd_mx
