@@ -50,6 +50,7 @@ import mxnet as mx
 import numpy as np
 
 from . import codec, proofs, protocol
+from .engine_copies import EngineCopies
 
 DEFAULT_BUCKET_SIZE = 1 << 20  # values (4 MiB of fp32); capped by the big-array bound, see plan()
 
@@ -175,6 +176,7 @@ class BucketSet:
                 at += width
         self.runs = []                    # the local optimizer's runs (set_multipliers)
         self._stages = {}                 # extra device -> its staging views (gather)
+        self._scatters = {}               # 'comm' / 'loc' -> (the parameters' arrays, their EngineCopies)
         for i, b in enumerate(buckets):
             b.grad = self.grad_buf[b.offset:b.offset + b.size]
             b.comm_offset = b.offset + i * region
@@ -255,20 +257,30 @@ class BucketSet:
 
     def scatter(self, source):
         """The parameters' data on every device = comm_buf ('comm', W) or loc_buf ('loc', x):
-        engine copies, ordered after whatever writes the source (a pull, the local update)."""
+        engine copies, ordered after whatever writes the source (a pull, the local update),
+        issued through MXNet's C API (engine_copies.py: a fifth of copyto's cost), and made
+        again when the parameters' arrays are other objects than at the last step."""
+        outs = [out for devices in self.outs.values() for out in devices]
+        made = self._scatters.get(source)
+        if made is None or len(made[0]) != len(outs) or any(a is not b for a, b in zip(made[0], outs)):
+            made = (outs, EngineCopies(self._scatter_pairs(source)))
+            self._scatters[source] = made
+        made[1].run()
+
+    def _scatter_pairs(self, source):
         views = self._comm_views if source == "comm" else self._loc_views
+        pairs = []
         if source == "comm" and self.device:  # W crosses to the device once per bucket
-            for b in self.buckets:
-                b.comm.copyto(b.dev_weights)
+            pairs += [(b.comm, b.dev_weights) for b in self.buckets]
         for key, devices in self.outs.items():
             view = views[key]
             for out in devices:
                 if isinstance(view, list):  # a parameter cut by a proof region
                     flat = out.reshape((-1,))
-                    for piece, begin, end in view:
-                        piece.copyto(flat[begin:end])
+                    pairs += [(piece, flat[begin:end]) for piece, begin, end in view]
                 else:
-                    view.copyto(out)
+                    pairs.append((view, out))
+        return pairs
 
     def grad_to_comm(self):
         """comm_buf = g(t), bucket by bucket (the proof regions are written per round); with

@@ -93,21 +93,26 @@ class StepEngine:
         flush = self.comm.flush()
         # aggregate: out is the gradient a resent round would read; a 2-bit pull: W(t+1) reaches
         # comm_buf only at the round's check (V, decoded there): wait first
+        t = self._t.get(self._sync_sets[0], 1) - 1 if self._sync_sets else None
         if self._sync_sets and (self.aggregate or self._decoding):
-            self.comm.wait(flush)
-            for bset in self._sync_sets:
-                bset.scatter("comm")
+            with self.tracer.span("wait rounds", step=t):
+                self.comm.wait(flush)
+            self._weights_to_parameters(t)
         elif self._sync_sets:
             resent = self.rounds.resent
             self.comm.wait_issued(flush)
-            for bset in self._sync_sets:  # the engine orders the copies after the pulls
-                bset.scatter("comm")
-            self.comm.wait(flush)  # the rounds were applied: nothing reads a dropped round's weights
+            self._weights_to_parameters(t)  # the engine orders the copies after the pulls
+            with self.tracer.span("wait rounds", step=t):
+                self.comm.wait(flush)  # the rounds were applied: nothing reads a dropped round's weights
             if self.rounds.resent != resent:  # a round was sent again: copy the weights it brought back
-                for bset in self._sync_sets:
-                    bset.scatter("comm")
+                self._weights_to_parameters(t)
         self._sync_sets = []
         self._decoding = False
+
+    def _weights_to_parameters(self, t):
+        with self.tracer.span("weights to parameters", step=t):
+            for bset in self._sync_sets:
+                bset.scatter("comm")
 
     def wait_all(self, sets):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""

@@ -13,6 +13,7 @@ import cdsgd_mx  # noqa: E402
 from cdsgd_mx import buckets, codec, protocol  # noqa: E402
 from cdsgd_mx.server import ServerState  # noqa: E402
 from cdsgd_mx.bench import mark_fresh  # noqa: E402
+from cdsgd_mx.engine_copies import EngineCopies  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)
@@ -110,6 +111,12 @@ def test_gradients_are_bound_to_the_buckets_and_each_step_works_per_bucket(monke
         calls["copy"] += threading.current_thread() is threading.main_thread()
         return copyto(self, other)
     monkeypatch.setattr(mx.nd.NDArray, "copyto", counted_copy)
+    run = EngineCopies.run
+
+    def counted_run(self):  # the parameters' copies, issued through MXNet's C API (engine_copies.py)
+        calls["copy"] += len(self.pairs) * (threading.current_thread() is threading.main_thread())
+        return run(self)
+    monkeypatch.setattr(EngineCopies, "run", counted_run)
     for t in range(1, 5):  # warm-up 2, k 3: steps 1..4 push fp32, fp32 (correction), codes, codes
         for p in plist:
             p.grad()[:] = 0.5
@@ -197,3 +204,23 @@ def test_every_attribute_a_bucket_gets_is_a_declared_field():
         assigned |= set(re.findall(r"\b(?:b|bucket)\.([a-z_]+)\s*=(?!=)", path.read_text()))
     assert {"grad", "comm_wire", "sealed_for", "loc"} <= assigned  # the scan sees them
     assert assigned <= declared, sorted(assigned - declared)
+
+
+def test_engine_copies_copy_like_copyto_in_order_and_after_the_writes_before_them():
+    """EngineCopies (the parameters' copies through MXNet's C API): the same values as
+    NDArray.copyto, a later copy into the same array wins, and a copy reads its source after the
+    engine operations issued before it (here an add that is still running)."""
+    rng = np.random.RandomState(3)
+    src = [mx.nd.array(rng.randn(*s)) for s in SHAPES]
+    dst = [mx.nd.zeros(s) for s in SHAPES]
+    ref = [mx.nd.zeros(s) for s in SHAPES]
+    for a, b in zip(src, ref):
+        a.copyto(b)
+    src[0] += 1.0  # an engine write issued before the copies: they must see it
+    EngineCopies(list(zip(src, dst))).run()
+    for a, b in zip(src, dst):
+        np.testing.assert_array_equal(b.asnumpy(), a.asnumpy())
+    np.testing.assert_array_equal(dst[0].asnumpy(), ref[0].asnumpy() + 1.0)
+    later = mx.nd.full(SHAPES[2], 7.0)
+    EngineCopies([(src[2], dst[2]), (later, dst[2])]).run()  # issued in list order: the last one stays
+    np.testing.assert_array_equal(dst[2].asnumpy(), np.full(SHAPES[2], 7.0, np.float32))
