@@ -70,6 +70,21 @@ def scale(e):
     return codec.pull_scales(e, np.zeros_like(e), [(0, e.size)])[0]
 
 
+def host_view(arr, wait=False):
+    """A numpy view of a CPU NDArray's memory (no copy; whoever holds it keeps arr alive),
+    made after the engine's pending reads and writes of arr with wait. MXNet's engine does not
+    see writes through it: only for an array no engine operation uses while it is written."""
+    import ctypes
+    from mxnet.base import _LIB, check_call
+    if arr.context.device_type != "cpu" or arr.dtype != np.float32:
+        raise TypeError("host_view needs a float32 CPU array, got %s on %s" % (arr.dtype, arr.context))
+    if wait:
+        check_call(_LIB.MXNDArrayWaitToWrite(arr.handle))
+    ptr = ctypes.c_void_p()
+    check_call(_LIB.MXNDArrayGetData(arr.handle, ctypes.byref(ptr)))
+    return np.frombuffer((ctypes.c_float * arr.size).from_address(ptr.value), np.float32)
+
+
 NORMS_EVERY = 8  # rounds between two computations of the norms a down payload carries (they cost a pass each)
 
 
@@ -79,10 +94,10 @@ class ServerCopies:
     def __init__(self):
         self.v = {}         # weight key -> V (numpy float32, n values)
         self.stored = {}    # weight key -> the down key's whole stored array (its round count after the data)
-        self._stored = {}   # weight key -> the down key's stored data [codes | s | norms] (an NDArray view)
         self._words = {}    # weight key -> its code words
         self._pieces = {}   # weight key -> [(begin, end)] of its parameters' pieces
         self._e, self._down, self._rounds = {}, {}, {}  # per weight key: W - V, the down payload, rounds
+        self._sizes = {}    # weight key -> values of its down payload before the proof region
 
     def register(self, dk, wk, n, pieces, stored, weight):
         """The down key's stored array (MXNet keeps it for the job's life; pulls read it), the
@@ -91,9 +106,9 @@ class ServerCopies:
         self.stored[wk] = stored
         self._words[wk] = words
         self._pieces[wk] = [(int(b), int(e)) for b, e in pieces]
-        self._stored[wk] = stored[0:size]
         self._e[wk] = np.zeros(n, np.float32)
-        self._down[wk] = np.zeros(size, np.float32)
+        self._down[wk] = None  # the down key's stored data [codes | s | norms], written in place (_payload)
+        self._sizes[wk] = size
         self._rounds[wk] = 0
         if wk not in self.v:  # (restored by a checkpoint before: kept)
             self.v[wk] = weight[0:n].asnumpy()
@@ -106,7 +121,18 @@ class ServerCopies:
         without 2-bit pulls: the server's count goes there too (proofs.ServerProofs.count_round)."""
         if wk not in self.stored:
             return None
-        return self.stored[wk], self._down[wk].size
+        return self.stored[wk], self._sizes[wk]
+
+    def _payload(self, wk):
+        """The down key's stored data as a numpy view of its memory, made at the first compressed
+        pull (after MXNet's registration round, waited for): the encode writes the payload there
+        directly, with no copy and no engine wait per round. Safe because no engine operation
+        touches a down key's stored array after its registration: workers only pull it, and
+        MXNet's server answers a pull by copying the stored array in its own thread, never while
+        this handler runs."""
+        if self._down[wk] is None:
+            self._down[wk] = host_view(self.stored[wk][0:self._sizes[wk]], wait=True)
+        return self._down[wk]
 
     def after_update(self, wk, weight, flag):
         """After a compressed round's global update: the codes of W(t+1) - V into the down key
@@ -116,7 +142,7 @@ class ServerCopies:
         if flag != PULL_2BIT:
             raise ValueError("a payload row of key %d asks for pull %r (allowed: %g fp32, %g 2-bit)"
                              % (wk, flag, PULL_FP32, PULL_2BIT))
-        v, down, words, pieces = self.v[wk], self._down[wk], self._words[wk], self._pieces[wk]
+        v, down, words, pieces = self.v[wk], self._payload(wk), self._words[wk], self._pieces[wk]
         w = weight[0:v.size]  # read in place through DLPack (asnumpy's copy costs 1 ms per 1M values)
         # the steps, the codes of (W - V) / s_p at 1/2, V += code * s_p and the wire words, in
         # native passes: the very float32 operations every worker's decode makes, so V stays
@@ -133,7 +159,6 @@ class ServerCopies:
             w2 = np.einsum("i,i->", e, e, dtype=np.float64)
             np.subtract(e, v, out=e)
             down[-NORMS:] = (np.einsum("i,i->", e, e, dtype=np.float64), w2)
-        codec.copy(down, self._stored[wk])
 
     def resync(self, wk, weight):
         """V := W (the workers pull W itself this round)."""

@@ -136,7 +136,8 @@ def test_the_down_payload_is_a_quarter_byte_per_value_plus_a_few_bytes():
     copies = _copies(np.zeros(n, np.float32))
     w = np.linspace(-1, 1, n).astype(np.float32)
     copies.after_update(7, _nd(w), 2.0)
-    wire = copies._stored[7].asnumpy()
+    stored, size = copies.count_place(7)
+    wire = stored.asnumpy()[:size]  # what a pull of the down key reads (the server writes it in place)
     assert wire.size == down_size(n, 1) == words + 3
     # a worker decodes it to the server's V
     bucket = _bucket(n)
@@ -173,7 +174,8 @@ def test_each_parameter_has_its_own_scale():
     v = copies.v[7]
     for begin, end in ((0, 1000), (1000, 1024)):
         assert np.linalg.norm(w[begin:end] - v[begin:end]) < 0.2 * np.linalg.norm(w[begin:end]), (begin, end)
-    wire = copies._stored[7].asnumpy()
+    stored, size = copies.count_place(7)
+    wire = stored.asnumpy()[:size]
     words = codec.packed_size(w.size)
     assert wire[words] > 10 * wire[words + 1] > 0  # the two scales, each its piece's
 
@@ -264,3 +266,14 @@ def test_a_training_config_checks_pull_compression():
         C.validate({"pull_compression": "2bit", "algorithm": "odsgd"})
     assert C.validate({"pull_compression": "2bit", "algorithm": "bitsgd", "resync_every": 5,
                        "iterations": 10}).resync_every == 5
+
+
+def test_host_view_writes_the_arrays_memory_and_refuses_what_it_cannot_view():
+    import mxnet as mx
+    from cdsgd_mx.pull_compression import host_view
+    a = mx.nd.arange(10)
+    view = host_view(a[2:8], wait=True)
+    view[:] = -1.0
+    np.testing.assert_array_equal(a.asnumpy(), [0, 1, -1, -1, -1, -1, -1, -1, 8, 9])
+    with pytest.raises(TypeError, match="float32 CPU array"):
+        host_view(mx.nd.zeros((4,), dtype="float16"))
