@@ -39,7 +39,7 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
   a/b         ratio of the two systems' times (< 1: a is faster)
 Bytes pushed per round per worker by the project's systems are printed under the table.
 --trace DIR: each worker of the project's jobs writes a chrome trace of its timed rounds to
-DIR/<model>-<link>-<system>-rank<r>.json (docs/design.md, "Tracing"), and the median time per
+DIR/<model>-<link>-<system>-rank<r>.json (Trainer(trace=...): docs/design.md), and the median time per
 round of each span (quantize, push codes, decode pull, ...) is printed under the table.
 """
 import argparse
