@@ -70,21 +70,6 @@ def scale(e):
     return codec.pull_scales(e, np.zeros_like(e), [(0, e.size)])[0]
 
 
-def host_view(arr, wait=False):
-    """A numpy view of a CPU NDArray's memory (no copy; whoever holds it keeps arr alive),
-    made after the engine's pending reads and writes of arr with wait. MXNet's engine does not
-    see writes through it: only for an array no engine operation uses while it is written."""
-    import ctypes
-    from mxnet.base import _LIB, check_call
-    if arr.context.device_type != "cpu" or arr.dtype != np.float32:
-        raise TypeError("host_view needs a float32 CPU array, got %s on %s" % (arr.dtype, arr.context))
-    if wait:
-        check_call(_LIB.MXNDArrayWaitToWrite(arr.handle))
-    ptr = ctypes.c_void_p()
-    check_call(_LIB.MXNDArrayGetData(arr.handle, ctypes.byref(ptr)))
-    return np.frombuffer((ctypes.c_float * arr.size).from_address(ptr.value), np.float32)
-
-
 NORMS_EVERY = 8  # rounds between two computations of the norms a down payload carries (they cost a pass each)
 
 
@@ -96,7 +81,8 @@ class ServerCopies:
         self.stored = {}    # weight key -> the down key's whole stored array (its round count after the data)
         self._words = {}    # weight key -> its code words
         self._pieces = {}   # weight key -> [(begin, end)] of its parameters' pieces
-        self._e, self._down, self._rounds = {}, {}, {}  # per weight key: W - V, the down payload, rounds
+        self._e, self._tail, self._rounds = {}, {}, {}  # per weight key: W - V, the payload after its codes, rounds
+        self._out = {}      # weight key -> capsules of its down key's stored codes and tail (_payload)
         self._sizes = {}    # weight key -> values of its down payload before the proof region
 
     def register(self, dk, wk, n, pieces, stored, weight):
@@ -107,7 +93,8 @@ class ServerCopies:
         self._words[wk] = words
         self._pieces[wk] = [(int(b), int(e)) for b, e in pieces]
         self._e[wk] = np.zeros(n, np.float32)
-        self._down[wk] = None  # the down key's stored data [codes | s | norms], written in place (_payload)
+        self._tail[wk] = np.zeros(size - words, np.float32)  # the payload after its codes: [s_p | norms]
+        self._out[wk] = None  # where the payload is written (_payload)
         self._sizes[wk] = size
         self._rounds[wk] = 0
         if wk not in self.v:  # (restored by a checkpoint before: kept)
@@ -124,15 +111,16 @@ class ServerCopies:
         return self.stored[wk], self._sizes[wk]
 
     def _payload(self, wk):
-        """The down key's stored data as a numpy view of its memory, made at the first compressed
-        pull (after MXNet's registration round, waited for): the encode writes the payload there
-        directly, with no copy and no engine wait per round. Safe because no engine operation
-        touches a down key's stored array after its registration: workers only pull it, and
-        MXNet's server answers a pull by copying the stored array in its own thread, never while
-        this handler runs."""
-        if self._down[wk] is None:
-            self._down[wk] = host_view(self.stored[wk][0:self._sizes[wk]], wait=True)
-        return self._down[wk]
+        """Where the down payload goes: DLPack capsules of the down key's stored codes and of
+        what follows them (made once, after MXNet's registration round: codec.writable), so
+        that the encode writes the payload there directly, with no copy of it and no engine
+        wait per round. Safe because no engine operation touches a down key's stored array
+        after its registration: workers only pull it, and MXNet's server answers a pull in its
+        own thread, never while this handler runs (as count_round's writes there)."""
+        if self._out.get(wk) is None:
+            words, size = self._words[wk], self._sizes[wk]
+            self._out[wk] = (codec.writable(self.stored[wk][0:words]), codec.writable(self.stored[wk][words:size]))
+        return self._out[wk]
 
     def after_update(self, wk, weight, flag):
         """After a compressed round's global update: the codes of W(t+1) - V into the down key
@@ -142,23 +130,25 @@ class ServerCopies:
         if flag != PULL_2BIT:
             raise ValueError("a payload row of key %d asks for pull %r (allowed: %g fp32, %g 2-bit)"
                              % (wk, flag, PULL_FP32, PULL_2BIT))
-        v, down, words, pieces = self.v[wk], self._payload(wk), self._words[wk], self._pieces[wk]
+        v, tail, pieces = self.v[wk], self._tail[wk], self._pieces[wk]
+        codes_out, tail_out = self._payload(wk)
         w = weight[0:v.size]  # read in place through DLPack (asnumpy's copy costs 1 ms per 1M values)
         # the steps, the codes of (W - V) / s_p at 1/2, V += code * s_p and the wire words, in
         # native passes: the very float32 operations every worker's decode makes, so V stays
         # bit-identical everywhere
         try:
-            scales = codec.pull_encode(w, v, pieces, down[:words])
+            scales = codec.pull_encode(w, v, pieces, codes_out)
         except FloatingPointError:
             raise FloatingPointError("the global weights of key %d are not finite: nothing to send to the workers" % wk)
-        down[words:words + len(pieces)] = scales
+        tail[:len(pieces)] = scales
         self._rounds[wk] += 1
         if self._rounds[wk] % NORMS_EVERY == 1:  # the error left, W - V, and W
             e = self._e[wk]
             codec.copy(w, e)
             w2 = np.einsum("i,i->", e, e, dtype=np.float64)
             np.subtract(e, v, out=e)
-            down[-NORMS:] = (np.einsum("i,i->", e, e, dtype=np.float64), w2)
+            tail[-NORMS:] = (np.einsum("i,i->", e, e, dtype=np.float64), w2)
+        codec.copy(tail, tail_out)
 
     def resync(self, wk, weight):
         """V := W (the workers pull W itself this round)."""

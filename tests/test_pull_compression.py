@@ -267,13 +267,3 @@ def test_a_training_config_checks_pull_compression():
     assert C.validate({"pull_compression": "2bit", "algorithm": "bitsgd", "resync_every": 5,
                        "iterations": 10}).resync_every == 5
 
-
-def test_host_view_writes_the_arrays_memory_and_refuses_what_it_cannot_view():
-    import mxnet as mx
-    from cdsgd_mx.pull_compression import host_view
-    a = mx.nd.arange(10)
-    view = host_view(a[2:8], wait=True)
-    view[:] = -1.0
-    np.testing.assert_array_equal(a.asnumpy(), [0, 1, -1, -1, -1, -1, -1, -1, 8, 9])
-    with pytest.raises(TypeError, match="float32 CPU array"):
-        host_view(mx.nd.zeros((4,), dtype="float16"))
