@@ -83,7 +83,6 @@ class ServerCopies:
         self._pieces = {}   # weight key -> [(begin, end)] of its parameters' pieces
         self._e, self._tail, self._rounds = {}, {}, {}  # per weight key: W - V, the payload after its codes, rounds
         self._out = {}      # weight key -> capsules of its down key's stored codes and tail (_payload)
-        self._sizes = {}    # weight key -> values of its down payload before the proof region
 
     def register(self, dk, wk, n, pieces, stored, weight):
         """The down key's stored array (MXNet keeps it for the job's life; pulls read it), the
@@ -95,7 +94,6 @@ class ServerCopies:
         self._e[wk] = np.zeros(n, np.float32)
         self._tail[wk] = np.zeros(size - words, np.float32)  # the payload after its codes: [s_p | norms]
         self._out[wk] = None  # where the payload is written (_payload)
-        self._sizes[wk] = size
         self._rounds[wk] = 0
         if wk not in self.v:  # (restored by a checkpoint before: kept)
             self.v[wk] = weight[0:n].asnumpy()
@@ -108,7 +106,7 @@ class ServerCopies:
         without 2-bit pulls: the server's count goes there too (proofs.ServerProofs.count_round)."""
         if wk not in self.stored:
             return None
-        return self.stored[wk], self._sizes[wk]
+        return self.stored[wk], self._words[wk] + self._tail[wk].size
 
     def _payload(self, wk):
         """Where the down payload goes: DLPack capsules of the down key's stored codes and of
@@ -118,8 +116,8 @@ class ServerCopies:
         after its registration: workers only pull it, and MXNet's server answers a pull in its
         own thread, never while this handler runs (as count_round's writes there)."""
         if self._out.get(wk) is None:
-            words, size = self._words[wk], self._sizes[wk]
-            self._out[wk] = (codec.writable(self.stored[wk][0:words]), codec.writable(self.stored[wk][words:size]))
+            words, end = self._words[wk], self._words[wk] + self._tail[wk].size
+            self._out[wk] = (codec.writable(self.stored[wk][0:words]), codec.writable(self.stored[wk][words:end]))
         return self._out[wk]
 
     def after_update(self, wk, weight, flag):

@@ -75,7 +75,8 @@ def command(port, head, body):
 
 
 def commands(port, heads_bodies):
-    """Several SimpleApp requests over one connection, received in this order."""
+    """Several SimpleApp requests, sent in this order over one connection (MXNet's server may
+    still handle them in another order)."""
     send(port, *[command_frames(h, b) for h, b in heads_bodies])
 
 

@@ -266,4 +266,3 @@ def test_a_training_config_checks_pull_compression():
         C.validate({"pull_compression": "2bit", "algorithm": "odsgd"})
     assert C.validate({"pull_compression": "2bit", "algorithm": "bitsgd", "resync_every": 5,
                        "iterations": 10}).resync_every == 5
-

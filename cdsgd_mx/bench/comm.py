@@ -265,14 +265,13 @@ def span_medians(path, first_step):
     chrome trace (spans without a step are left out; "step" is the main thread's whole step)."""
     with open(path) as f:
         events = json.load(f)["traceEvents"]
-    per_step = {}
+    per_step, steps = {}, set()
     for e in events:
         step = e.get("args", {}).get("step")
         if e.get("ph") == "X" and step is not None and step >= first_step:
             by_step = per_step.setdefault(e["name"], {})
             by_step[step] = by_step.get(step, 0.0) + e["dur"] / 1e3
-    steps = {e["args"]["step"] for e in events if e.get("ph") == "X" and e.get("args", {}).get("step") is not None
-             and e["args"]["step"] >= first_step}
+            steps.add(step)
     # a step without the span counts as 0 ms of it
     return {name: statistics.median([d.get(t, 0.0) for t in sorted(steps)]) for name, d in per_step.items()}
 

@@ -16,11 +16,9 @@ SHAPES = ((10,), (3, 4))
 
 
 def make_trainer(names=NAMES, optimizer="sgd", optimizer_params=None):
-    from cdsgd_mx.mxnet_import import import_mxnet
-    import_mxnet()  # as the project's own nodes start: without scikit-learn
+    import cdsgd_mx  # first: MXNet then imports without scikit-learn (mxnet_import.py)
     import mxnet as mx
     from mxnet import gluon
-    import cdsgd_mx
     params = gluon.ParameterDict()
     for i, (name, shape) in enumerate(zip(names, SHAPES)):
         params.get(name, shape=shape, init=mx.init.Constant(0.5 + i))

@@ -31,11 +31,9 @@ def main():
         time.sleep(40)
     if args.fault == "uneven" and index == 0:
         args.steps //= 2
-    from cdsgd_mx.mxnet_import import import_mxnet
-    import_mxnet()  # as the project's own nodes start: without scikit-learn
+    import cdsgd_mx  # first: MXNet then imports without scikit-learn (mxnet_import.py)
     import mxnet as mx
     from mxnet import gluon
-    import cdsgd_mx
     params = gluon.ParameterDict()
     w = params.get("w", shape=(1000,), init=mx.init.Zero())
     params.initialize()
