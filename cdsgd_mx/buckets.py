@@ -191,6 +191,8 @@ class BucketSet:
             if device:
                 b.dev_comm = self.dev_comm[b.offset:b.offset + b.size]
                 b.dev_weights = self.dev_weights[b.offset:b.offset + b.size]
+        if self.copy is not None:  # each bucket's decode of its 2-bit pulls (an engine operation)
+            self.copy.bind(buckets, region)
         # a whole parameter's slices, shaped like it: what its gradient is bound to, and where
         # its weights are copied from (a parameter cut into pieces is contiguous in grad_buf
         # and loc_buf; in comm_buf only when no region lies between its pieces)

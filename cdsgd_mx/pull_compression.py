@@ -18,7 +18,8 @@ The rule, chosen by measurement (docs/performance.md, "2 bits both ways"): s_p =
 root mean square of e over the parameter's piece (codec.PULL_LEVEL; summed in float64 in the
 codec's fixed order, as float32), and a value moves where |e| >= s_p / 2, 0.875 RMS
 (codec.PULL_THRESHOLD). The server computes the steps and the codes in native passes
-(codec.pull_encode), a worker decodes with codec.pull_decode. A fixed threshold in weight
+(codec.pull_encode); a worker decodes in one native pass (codec.pull_decode's), an operation
+on MXNet's engine behind the pull (WorkerCopy). A fixed threshold in weight
 space would round every change to 0 after a learning-rate decay; the RMS follows the change
 down, and since e holds the error not yet sent, a lagging V makes s grow until it catches up.
 A step larger than the threshold: with error feedback an overshoot is taken back the next
@@ -30,8 +31,8 @@ scale for a bucket is set by its parameters with the largest changes, and Incept
 biases and betas then held V 40-55% away from W (fig7 --quick lost 26 pp; docs/reproduction.md).
 
 API: scale(e); down_size(n, pieces); pieces_of(bucket); relative_error(norms); NORMS_EVERY; PULL_FP32,
-PULL_2BIT (the flag a payload row carries); WorkerCopy(buckets, size).start(i, w) / decode(i, bucket,
-wire) / to_comm(i, bucket) / values() / set_values(v) / error(); ServerCopies().register(dk, wk, n,
+PULL_2BIT (the flag a payload row carries); WorkerCopy(buckets, size).bind(buckets, region) / issue(i,
+round) / collect(i, round) / start(i, w) / to_comm(i, bucket) / values() / set_values(v) / error(); ServerCopies().register(dk, wk, n,
 pieces, stored, weight) / after_update(wk, weight, flag) / resync(wk, weight) / count_place(wk) /
 values() / restore(values).
 """
@@ -163,24 +164,56 @@ class ServerCopies:
 
 class WorkerCopy:
     """A bucket set's V on a worker: decoded from each compressed pull, then handed on as W(t+1)
-    in comm_buf, so the rest of the step reads comm_buf as after an fp32 pull."""
+    in comm_buf, so the rest of the step reads comm_buf as after an fp32 pull.
+
+    The decode is an operation on MXNet's engine (a native PullDecoder per bucket, pushed right
+    behind the pull by issue()): it runs once the pull has landed, and the engine orders what
+    reads comm_buf after it (the parameters' copies, the local update), so nothing waits in
+    Python in between. V is written on an engine thread: it is read (values()) or set
+    (start(), set_values()) only after comm_buf's pending writes, which include every decode."""
 
     def __init__(self, buckets, size):
         self.v = np.zeros(size, np.float32)
         self._views = [self.v[b.offset:b.offset + b.size] for b in buckets]
         self._pieces = [pieces_of(b) for b in buckets]
         self.norms = np.zeros((len(buckets), 2))  # per bucket: ||W - V||^2, ||W||^2 after the last compressed pull
+        self._decoders = []  # per bucket: (its PullDecoder, the handles of what it reads and writes)
+
+    def bind(self, buckets, region):
+        """Make each bucket's decoder, once its down_wire and comm_buf part exist and nothing is
+        pending on them (the BucketSet's start). region: proof values after each down payload,
+        the server's round count first (0: no count; kvstore='local')."""
+        from . import _native, engine_ops
+        for i, b in enumerate(buckets):
+            count_at = down_size(b.size, len(self._pieces[i])) if region else -1
+            decoder = _native.PullDecoder(codec.writable(b.down_wire), self._views[i], codec.writable(b.comm),
+                                          self._pieces[i], count_at)
+            self._decoders.append((decoder, engine_ops.handles([b.down_wire]), engine_ops.handles([b.comm])))
+
+    def issue(self, i, round_):
+        """Push bucket i's decode behind the pull just issued into its down_wire: V += code * s_p;
+        comm = V, unless the server's count in the payload is not `round_` (the server dropped
+        the round: the worker sends it again and issues another decode)."""
+        from . import engine_ops
+        decoder, reads, writes = self._decoders[i]
+        engine_ops.push(_OP, decoder.call(float(round_)), _RELEASE, reads, writes, b"cdsgd_pull_decode")
+
+    def collect(self, i, round_):
+        """After the engine ran bucket i's decodes (wait for comm_buf): check that round `round_`
+        was decoded, and keep the norms its payload carried."""
+        decoded, bad, e2, w2 = self._decoders[i][0].last()
+        if bad:
+            raise ValueError("the down payload of bucket %d: %d of its words are not valid ternary16 codes "
+                             "(corrupt payload)" % (i, bad))
+        if decoded != float(round_):
+            raise RuntimeError("bucket %d decoded round %g of its 2-bit pull, expected %g: the worker's V and the "
+                               "server's are out of step" % (i, decoded, round_))
+        self.norms[i] = (e2, w2)
 
     def start(self, i, w):
-        """V of bucket i := w (W itself, numpy or an NDArray: the start, and every re-sync round)."""
+        """V of bucket i := w (W itself, numpy or an NDArray: the start, and every re-sync round;
+        an NDArray is read after its pending writes, so after any decode of comm_buf)."""
         codec.copy(w, self._views[i])
-
-    def decode(self, i, b, wire):
-        """Bucket i's down payload (numpy: codes, scales, norms): V += code * s_p; comm = V (one
-        native pass, written through DLPack after MXNet's pending reads and writes of comm_buf)."""
-        words, pieces = b.words, self._pieces[i]
-        codec.pull_decode(wire[:words], self._views[i], pieces, wire[words:words + len(pieces)].tolist(), out=b.comm)
-        self.norms[i] = wire[words + len(pieces):words + len(pieces) + NORMS]
 
     def to_comm(self, i, b):
         """comm_buf's part of bucket i = V (the weights this worker holds)."""
@@ -195,3 +228,11 @@ class WorkerCopy:
 
     def set_values(self, values):
         self.v[:] = values
+
+
+def _address(name):
+    from . import _native
+    return getattr(_native, name)()
+
+
+_OP, _RELEASE = _address("pull_decode_op_address"), _address("pull_decode_release_address")

@@ -1,8 +1,8 @@
 """One round of a bucket set on the communication thread: push g(t) bucket by bucket (the
 2-bit codes of g(t) + residual, or fp32) with this worker's proof, issue the pulls of W(t+1)
 (fp32, or with 2-bit pulls the codes of W(t+1) - V: pull_compression.py), then check that each
-bucket's round was applied (sending it again if a server dropped it) and decode what a 2-bit
-pull brought into V and comm_buf.
+bucket's round was applied (sending it again if a server dropped it); what a 2-bit pull brings
+is decoded into V and comm_buf by an engine operation issued behind it (pull_compression.py).
 
 API: RoundRunner(backend, schedule, threshold, tracer, names).push(bset, t, keep_residual)
 -> check; .check(bset, t) -> follow-up; .bytes_of_step(sets, t); bytes_pushed, bytes_by_step,
@@ -69,6 +69,7 @@ class RoundRunner:
         until it is. Returns the follow-up: the proofs of the next rounds."""
         compressed = self.schedule.compressed(t)
         pull_down = self.schedule.pull_compressed(t)
+        rounds = [self._round(b) for b in bset.buckets]  # the counts this round brings once applied
         for i, b in enumerate(bset.buckets):
             for attempt in range(MAX_RESENDS + 1):
                 with heartbeat.waiting("step %d's pull of bucket %d (key %d, server %d)" % (t, i, b.weight_key,
@@ -80,13 +81,21 @@ class RoundRunner:
                 self.resent += 1
                 with self.tracer.span("resend", bucket=i, step=t):
                     self.backend.resend(b, compressed, self._kept_gradient(bset, b, t), pull_down)
-            if bset.copy is not None:
-                with self.tracer.span("decode pull" if pull_down else "re-sync", bucket=i, step=t):
-                    if pull_down:  # V += decode(codes of W(t+1) - V); comm_buf = V
-                        bset.copy.decode(i, b, b.down_wire.asnumpy())
-                    else:  # an fp32 pull: V := W
-                        bset.copy.start(i, b.comm)
+                    if pull_down:  # the first decode found the old count and changed nothing
+                        bset.copy.issue(i, rounds[i])
+            if bset.copy is not None and not pull_down:
+                with self.tracer.span("re-sync", bucket=i, step=t):
+                    bset.copy.start(i, b.comm)  # an fp32 pull: V := W
+        if pull_down:  # the decodes ran on the engine: check them (a corrupt payload stops here)
+            with self.tracer.span("decode pull", step=t):
+                bset.comm_buf.wait_to_read()
+            for i in range(len(bset.buckets)):
+                bset.copy.collect(i, rounds[i])
         return lambda: [self.backend.seal_next(b) for b in bset.buckets]
+
+    def _round(self, b):
+        """The server's count of the bucket's rounds once this one is applied."""
+        return self.backend.rounds.get(b.weight_key, 0) + 1
 
     def _kept_gradient(self, bset, b, t):
         """Where g(t) of a bucket still is for an fp32 round sent again: in grad_buf for a
@@ -116,6 +125,8 @@ class RoundRunner:
                 self.backend.trace_ack(self.tracer, b.payload_key, start, step=t)
             self.backend.pull_after_acks([(b.payload_key, b.down_key, b.down_wire) if down else
                                           (b.payload_key, b.weight_key, b.comm_wire) for b in bset.buckets])
+            for i, b in enumerate(bset.buckets if down else ()):  # V += codes; comm_buf = V, once pulled
+                bset.copy.issue(i, self._round(b))
         else:
             for b in bset.buckets:
                 self.backend.pull(b.weight_key, b.comm_wire)

@@ -29,7 +29,6 @@ class StepEngine:
         self.comm = Communicator()
         self.driven_by_trainer = False  # the Trainer calls finish_step once per step
         self._sync_sets = []            # synchronous rounds of this step: parameters = comm_buf after the pull
-        self._decoding = False          # one of them pulls 2-bit codes: comm_buf is written at its check
         self._t = {}                    # bucket set -> its next step (the schedule's t)
         self._in_flight = {}            # bucket set -> the flush after which W(t) is (being) pulled into comm_buf
 
@@ -64,7 +63,6 @@ class StepEngine:
         keep = bset.keep_residual(held) if held and self.rounds.schedule.compressed(t) else None
         self.comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
         self._sync_sets.append(bset)
-        self._decoding = self._decoding or self.rounds.schedule.pull_compressed(t)
         if not self.driven_by_trainer:
             self.finish_step()  # the Trainer calls it once per step instead
 
@@ -91,10 +89,10 @@ class StepEngine:
         """End of a Trainer step: let the communication thread finish this step's rounds; wait
         only if some were synchronous (their rounds must be ready before the next forward)."""
         flush = self.comm.flush()
-        # aggregate: out is the gradient a resent round would read; a 2-bit pull: W(t+1) reaches
-        # comm_buf only at the round's check (V, decoded there): wait first
+        # aggregate: out is the gradient a resent round would read: wait first. (A 2-bit pull's
+        # decode is an engine operation behind the pull, writing comm_buf: ordered like a pull.)
         t = self._t.get(self._sync_sets[0], 1) - 1 if self._sync_sets else None
-        if self._sync_sets and (self.aggregate or self._decoding):
+        if self._sync_sets and self.aggregate:
             with self.tracer.span("wait rounds", step=t):
                 self.comm.wait(flush)
             self._weights_to_parameters(t)
@@ -107,7 +105,6 @@ class StepEngine:
             if self.rounds.resent != resent:  # a round was sent again: copy the weights it brought back
                 self._weights_to_parameters(t)
         self._sync_sets = []
-        self._decoding = False
 
     def _weights_to_parameters(self, t):
         with self.tracer.span("weights to parameters", step=t):

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -492,6 +493,72 @@ class HostBuffer {
   bool pinned_ = false;
 };
 
+// A worker's decode of one bucket's 2-bit pull as an operation on MXNet's engine
+// (pull_compression.WorkerCopy): pushed through MXEnginePushSyncND right behind the pull, reading
+// the bucket's down payload and writing its comm_buf part, so the engine runs it once the pull
+// has landed and orders the copies of W(t+1) into the parameters after it; no Python thread
+// waits in between. The arrays are resolved once (DLPack capsules made when nothing is pending
+// on them) and kept alive here; every operation of one decoder writes the same comm_buf, so the
+// engine runs them one at a time, in the order pushed.
+//
+// The payload: [code words | a scale per piece | ||W - V||^2, ||W||^2 | proof region, the
+// server's round count first]. A round the server dropped leaves its count where it was: the
+// operation then changes nothing (the worker sends the round again and pushes another one),
+// since V must take each round's codes exactly once.
+class PullDecoder {
+ public:
+  PullDecoder(py::handle wire, py::handle v, py::handle out, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+              int64_t count_at)
+      : wire_(view("wire", kWord32, wire, false)), v_(view("v", kFloat32, v, true)),
+        out_(view("out", kFloat32, out, true)), count_at_(count_at) {
+    words_ = cdsgd::packed_words(v_.size);
+    ps_ = pieces_of(ranges, nullptr, v_.size);
+    const int64_t needed = words_ + static_cast<int64_t>(ps_.size()) + 2;
+    if (wire_.size < needed || (count_at_ >= 0 && count_at_ < needed) || count_at_ >= wire_.size)
+      throw py::value_error("wire has " + std::to_string(wire_.size) + " elements: too few for " +
+                            std::to_string(v_.size) + " values in " + std::to_string(ps_.size()) +
+                            " pieces with the round count at " + std::to_string(count_at_));
+    check_size("out", out_, v_.size, "same as v");
+    check_no_overlap("wire", wire_, wire_.size * 4, "v", v_, v_.size * 4);
+    check_no_overlap("wire", wire_, wire_.size * 4, "out", out_, out_.size * 4);
+    check_no_overlap("v", v_, v_.size * 4, "out", out_, out_.size * 4);
+    if (wire_.gpu || v_.gpu || out_.gpu) throw py::value_error("PullDecoder runs on the CPU; got GPU arrays");
+  }
+
+  // On an engine thread: the round whose count the server should have reached is `round`.
+  void run(float round) {
+    const auto* w = static_cast<const float*>(wire_.data);
+    if (count_at_ >= 0 && w[count_at_] != round) return;  // dropped: nothing to apply
+    const int64_t np = static_cast<int64_t>(ps_.size());
+    for (int64_t k = 0; k < np; ++k) ps_[k].scale = w[words_ + k];
+    const int64_t bad = cdsgd::pull_decode(static_cast<const uint32_t*>(wire_.data), static_cast<float*>(v_.data),
+                                           static_cast<float*>(out_.data), v_.size, ps_.data(), np, 0);
+    norms_[0] = w[words_ + np];
+    norms_[1] = w[words_ + np + 1];
+    bad_.store(bad);
+    decoded_.store(round);
+  }
+
+  // After the engine ran the operations pushed so far (the caller waits for comm_buf): (the
+  // last round decoded, 0 before any; invalid code words in the last payload decoded or
+  // refused; ||W - V||^2 and ||W||^2 that payload carried).
+  std::tuple<float, int64_t, float, float> last() const { return {decoded_.load(), bad_.load(), norms_[0], norms_[1]}; }
+
+ private:
+  View wire_, v_, out_;
+  int64_t count_at_, words_ = 0;
+  std::vector<cdsgd::Piece> ps_;
+  std::atomic<float> decoded_{0.0f};
+  std::atomic<int64_t> bad_{0};
+  float norms_[2] = {0.0f, 0.0f};
+};
+
+// One pushed operation: its decoder and round (freed by MXNet once the operation is done).
+struct PullDecodeCall {
+  PullDecoder* decoder;
+  float round;
+};
+
 int cuda_device_count() {
 #ifdef CDSGD_WITH_CUDA
   return cdsgd::cuda::device_count();
@@ -506,6 +573,14 @@ int cuda_device_count() {
 // arrays it should order (its reads and writes), it chains one engine op after another without
 // a Python callback on the engine's thread.
 extern "C" void engine_noop(void*, void*) {}
+
+// The engine's entry to PullDecoder::run (MXEnginePushSyncND's sync function: run context,
+// parameter) and the parameter's deleter.
+extern "C" void pull_decode_op(void*, void* call) {
+  auto* c = static_cast<PullDecodeCall*>(call);
+  c->decoder->run(c->round);
+}
+extern "C" void pull_decode_release(void* call) { delete static_cast<PullDecodeCall*>(call); }
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "cdsgd_mx native codec kernels (use cdsgd_mx.codec, which checks and converts arrays)";
@@ -528,6 +603,19 @@ PYBIND11_MODULE(_native, m) {
   m.def("tags_match", &tags_match, py::arg("x"), py::arg("starts"), py::arg("macs"));
   m.def("set_value", &set_value, py::arg("x"), py::arg("index"), py::arg("value"));
   m.def("count_nonfinite", &count_nonfinite, py::arg("x"), py::arg("threads") = 0);
+  py::class_<PullDecoder>(m, "PullDecoder")
+      .def(py::init<py::handle, py::handle, py::handle, const std::vector<std::pair<int64_t, int64_t>>&, int64_t>(),
+           py::arg("wire"), py::arg("v"), py::arg("out"), py::arg("pieces"), py::arg("count_at"))
+      .def("call", [](PullDecoder& d, float round) {
+             return reinterpret_cast<uintptr_t>(new PullDecodeCall{&d, round});
+           }, py::arg("round"))
+      .def("run", [](PullDecoder& d, float round) {
+             py::gil_scoped_release nogil;
+             d.run(round);
+           }, py::arg("round"))
+      .def("last", &PullDecoder::last);
+  m.def("pull_decode_op_address", []() { return reinterpret_cast<uintptr_t>(&pull_decode_op); });
+  m.def("pull_decode_release_address", []() { return reinterpret_cast<uintptr_t>(&pull_decode_release); });
   m.def("engine_noop_address", []() { return reinterpret_cast<uintptr_t>(&engine_noop); });
   m.def("set_num_threads", &cdsgd::set_default_threads);
   m.def("get_num_threads", &cdsgd::default_threads);

@@ -139,13 +139,67 @@ def test_the_down_payload_is_a_quarter_byte_per_value_plus_a_few_bytes():
     stored, size = copies.count_place(7)
     wire = stored.asnumpy()[:size]  # what a pull of the down key reads (the server writes it in place)
     assert wire.size == down_size(n, 1) == words + 3
-    # a worker decodes it to the server's V
-    bucket = _bucket(n)
+    # a worker decodes it to the server's V, on the engine, behind what writes its down_wire
+    bucket = _bucket(n, wire.size)
     worker = WorkerCopy([bucket], n)
-    worker.decode(0, bucket, wire)
+    worker.bind([bucket], 0)
+    bucket.down_wire[:] = _nd(wire)
+    worker.issue(0, 1)
+    bucket.comm.wait_to_read()
+    worker.collect(0, 1)
     np.testing.assert_array_equal(worker.v, copies.v[7])
     np.testing.assert_array_equal(bucket.comm.asnumpy(), copies.v[7])
     assert worker.error() == pytest.approx(np.linalg.norm(w - copies.v[7]) / np.linalg.norm(w), rel=1e-5)
+
+
+def test_the_decode_runs_behind_the_pull_once_per_applied_round_and_stops_on_a_corrupt_payload():
+    """The decode is an engine operation pushed at once behind the pull: it must run after
+    whatever writes down_wire (here a slow engine op stands for the pull on the wire), apply a
+    round only when the server's count in the payload is the round's (a dropped round leaves
+    the count and must leave V alone, or V takes the codes twice), and a corrupt payload must
+    stop the worker at collect with V unchanged."""
+    import mxnet as mx
+    n, region = 5000, 4
+    copies = _copies(np.zeros(n, np.float32))
+    w = np.linspace(-1, 1, n).astype(np.float32)
+    copies.after_update(7, _nd(w), 2.0)
+    payload = copies.stored[7].asnumpy()[:down_size(n, 1)]
+    bucket = _bucket(n, down_size(n, 1) + region)
+    worker = WorkerCopy([bucket], n)
+    worker.bind([bucket], region)
+
+    def land(count, slow=False):
+        """The pull: the payload with the server's round count, written by an engine op."""
+        wire = np.concatenate([payload, [count, 0, 0, 0]]).astype(np.float32)
+        src = _nd(wire)
+        if slow:  # ready only after a product that takes a while: the decode must wait for it
+            x = mx.nd.ones((1500, 1500)) / 1500.0
+            for _ in range(4):
+                x = mx.nd.dot(x, x)
+            src = src + 0 * x.sum()
+        bucket.down_wire[:] = src
+
+    land(4.0)  # the server dropped round 5: its count stayed at 4
+    worker.issue(0, 5)
+    bucket.comm.wait_to_read()
+    assert not worker.v.any() and not bucket.comm.asnumpy().any(), "a dropped round changed V"
+    with pytest.raises(RuntimeError, match="decoded round 0 of its 2-bit pull, expected 5"):
+        worker.collect(0, 5)
+    land(5.0, slow=True)  # sent again, applied: issued before the payload lands
+    worker.issue(0, 5)
+    bucket.comm.wait_to_read()
+    worker.collect(0, 5)
+    np.testing.assert_array_equal(worker.v, copies.v[7])
+    np.testing.assert_array_equal(bucket.comm.asnumpy(), copies.v[7])
+    # a corrupt payload: refused at collect, V as it was
+    before = worker.v.copy()
+    payload[3] = np.float32(-2.0)
+    land(6.0)
+    worker.issue(0, 6)
+    bucket.comm.wait_to_read()
+    with pytest.raises(ValueError, match="bucket 0: 1 of its words are not valid ternary16 codes"):
+        worker.collect(0, 6)
+    np.testing.assert_array_equal(worker.v, before)
 
 
 def test_a_resync_sets_v_to_w_and_a_bad_flag_stops():
@@ -213,10 +267,11 @@ def _copies(w):
     return copies
 
 
-def _bucket(n):
+def _bucket(n, wire=0):
     import mxnet as mx
     b = buckets.Bucket(0, n, 0, 7, 8, slots=[buckets.Slot(0, 0, n, 0, 0)])
     b.comm = mx.nd.zeros((n,))
+    b.down_wire = mx.nd.zeros((wire,))
     return b
 
 

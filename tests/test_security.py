@@ -17,7 +17,7 @@ import outsider  # noqa: E402
 from simulate import simulate  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
-from cdsgd_mx import auth  # noqa: E402
+from cdsgd_mx import auth, buckets, protocol  # noqa: E402
 from cdsgd_mx.server import COMMAND_PREFIX, START_MESSAGE, ServerState  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,9 +138,9 @@ def _start_paused_job(tmp_path, marker, algorithm="cdsgd"):
     return job, go
 
 
-def _launch_paused_job(tmp_path, marker, algorithm, launch_args=()):
+def _launch_paused_job(tmp_path, marker, algorithm, launch_args=(), both_ways=False):
     go = tmp_path / "go"
-    cfg = dict(CFG, pause_at=[4, str(go)])
+    cfg = dict(CFG, pause_at=[4, str(go)], **(BOTH_WAYS if both_ways else {}))
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "150", *launch_args,
            "--env", "CDSGD_SECURITY_TEST=" + marker, "--", sys.executable, str(WORKER), "--out", str(tmp_path / "out"),
            "--config", json.dumps(cfg), "--algorithm", algorithm, "--steps", str(STEPS), "--warmup", str(WARMUP),
@@ -211,19 +211,30 @@ def test_messages_from_outside_the_job_change_nothing_and_the_secret_leaks_nowhe
     _simulated_weights_equal(tmp_path, "cdsgd")  # weights unchanged by it: trained as the simulation says
 
 
-def _simulated_weights_equal(tmp_path, algorithm):
+def _simulated_weights_equal(tmp_path, algorithm, both_ways=False):
     init = [init_value(i, s) for i, s in enumerate(SHAPES)]
-    xs, W = simulate(algorithm, 2, STEPS, WARMUP, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
-                     CFG["batch"])
+    # both ways: the workers' buckets (these jobs keep MXNet's default bound)
+    plan = buckets.plan([(i, a.size) for i, a in enumerate(init)], buckets.DEFAULT_BUCKET_SIZE, 2, 1, protocol.Keys(1))
+    layout = [[(s.key, s.begin, s.end) for s in b.slots] for b in plan]
+    pull = {"buckets": layout, "resync_every": BOTH_WAYS["resync_every"]}
+    out = simulate(algorithm, 2, STEPS, WARMUP, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
+                   CFG["batch"], pull=pull if both_ways else None)
+    xs, W = out[:2]
     for r in range(2):
         got = dict(np.load(tmp_path / "out" / ("rank%d.npz" % r)))
         for i in range(len(SHAPES)):
             np.testing.assert_allclose(got["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(got["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+        if both_ways:  # the worker's V, and it is not W (the last step pulled codes)
+            v = np.concatenate([out[2][i].reshape(-1)[b:e] for pieces in layout for i, b, e in pieces])
+            np.testing.assert_allclose(got["v"], v, rtol=1e-5, atol=1e-5)
+            w = np.concatenate([W[i].reshape(-1)[b:e] for pieces in layout for i, b, e in pieces])
+            assert not np.allclose(v, w, rtol=1e-5, atol=1e-5)
 
 
 FOREIGN_PUSHES = [("ssgd", "weights"), ("odsgd", "weights"), ("cdsgd", "weights"), ("bitsgd", "codes"),
-                  ("cdsgd", "codes")]
+                  ("cdsgd", "codes"), ("bitsgd", "codes-both-ways"), ("cdsgd", "codes-both-ways")]
+BOTH_WAYS = {"pull": "2bit", "resync_every": 3}  # "-both-ways": step 4, the dropped round, pulls 2-bit codes
 MXNET_STOP = ("cdsgd", "mxnet-stop")  # MXNet's own stop command, sent to a job with a stall timeout
 STOP_LAUNCH = ("--stall-timeout", "20", "--max-restarts", "1")
 
@@ -240,7 +251,8 @@ def foreign_push_jobs(tmp_path_factory):
         for algorithm, target in FOREIGN_PUSHES + [MXNET_STOP]:
             tmp = tmp_path_factory.mktemp("%s-%s" % (algorithm, target))
             marker = "%d-%d-%s-%s" % (os.getpid(), time.time_ns(), algorithm, target)
-            job, go = _launch_paused_job(tmp, marker, algorithm, STOP_LAUNCH if target == "mxnet-stop" else ())
+            job, go = _launch_paused_job(tmp, marker, algorithm, STOP_LAUNCH if target == "mxnet-stop" else (),
+                                         both_ways=target.endswith("both-ways"))
             jobs[(algorithm, target)] = (job, go, marker, tmp)
         for (algorithm, target), (job, go, marker, tmp) in jobs.items():
             _wait_paused(job, go)
@@ -250,8 +262,9 @@ def foreign_push_jobs(tmp_path_factory):
             elif target == "weights":
                 outsider.push(port, 0, np.concatenate([np.full(n, 100.0, np.float32),
                                                        np.ones(2 * auth.TAG_FLOATS, np.float32)]))
-            else:  # worker 0's row, wire floats (>= 1: a valid code) and a wrong tag
-                outsider.push_rows(port, 1, [0], np.full(codec.packed_size(n) + auth.TAG_FLOATS, 2.0, np.float32))
+            else:  # worker 0's row, wire floats (>= 1: a valid code; both ways: the pull flag, 2-bit) and a wrong tag
+                width = codec.packed_size(n) + (1 if target.endswith("both-ways") else 0) + auth.TAG_FLOATS
+                outsider.push_rows(port, 1, [0], np.full(width, 2.0, np.float32))
         time.sleep(0.5)
         for job, go, _, _ in jobs.values():  # every job goes on at once
             go.write_text("go")
@@ -272,7 +285,9 @@ def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(forei
     as without the outsider. 'weights': a dense push to the bucket's weight key, met by the next
     fp32 round (ssgd: synchronous; odsgd and cdsgd's correction step: delayed, the gradient
     kept while W is pulled over it); 'codes': a row_sparse push to its payload key, met by the
-    next 2-bit round (bitsgd synchronous, cdsgd delayed)."""
+    next 2-bit round (bitsgd synchronous, cdsgd delayed); 'codes-both-ways': the same, in a round
+    that pulls 2-bit codes: the decode already issued behind the first pull must leave V alone
+    (the server's count did not move), the one behind the resent pull applies it, once."""
     job, out, tmp_path = foreign_push_jobs[(algorithm, target)]
     assert job.returncode == 0, out[-4000:]
     # the server names what it dropped: a round without a worker's proof, or (the outsider's row
@@ -283,7 +298,8 @@ def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(forei
     assert "dropped message 2" not in out, out[-4000:]
     assert "sending it again" in out, out[-4000:]
     assert "server 0 exited" not in out and "cdsgd_mx server error" not in out, out[-4000:]
-    _simulated_weights_equal(tmp_path, algorithm)  # the outsider's values reached no weight, no step was lost
+    # the outsider's values reached no weight, no step was lost (and with both ways, V took every round once)
+    _simulated_weights_equal(tmp_path, algorithm, both_ways=target.endswith("both-ways"))
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import sys
 import mxnet as mx
 import numpy as np
 
-from .. import auth, heartbeat, optimizer_spec, proofs, protocol
+from .. import auth, engine_ops, heartbeat, optimizer_spec, proofs, protocol
 from ..pull_compression import down_size
 from ..server import COMMAND_PREFIX, START_MESSAGE
 from .base import MAX_RESENDS, Backend, dropped, registration
@@ -32,19 +32,6 @@ def exit_on_uncaught_exception():
         os._exit(1)
 
     sys.excepthook = hook
-
-
-def engine_order(reads, writes):
-    """Queue an engine op that does nothing, reading `reads` and writing `writes` (NDArrays): MXNet
-    then runs every later op on `writes` after every earlier op on both."""
-    import ctypes
-    from mxnet.base import _LIB, check_call, NDArrayHandle
-    from .. import _native
-    handles = lambda arrays: (NDArrayHandle * len(arrays))(*[a.handle for a in arrays])
-    cpu = (ctypes.c_int32 * 2)(1, 0)  # mxnet::Context{kCPU, 0}: the op runs on a CPU worker
-    check_call(_LIB.MXEnginePushSyncND(ctypes.c_void_p(_native.engine_noop_address()), None, None, cpu,
-                                       handles(reads), len(reads), handles(writes), len(writes),
-                                       None, 0, ctypes.c_char_p(b"cdsgd_order")))
 
 
 class DistBackend(Backend):
@@ -319,7 +306,7 @@ class DistBackend(Backend):
         see round_trip)."""
         for pk, wk, out in pulls:
             if self.wires.get(wk) is out:
-                engine_order(reads=[self.acks[pk]], writes=[out])
+                engine_ops.order(reads=[self.acks[pk]], writes=[out])
             else:  # out is not where MXNet pulls the key into: wait here
                 self.wait_acks([pk])
             self.kv.pull(wk, out=out)
