@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simulate import simulate  # noqa: E402
-from test_engine import BOUND, CFG, launch  # noqa: E402
+from test_engine import BOUND, CFG, finish, start  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
 from cdsgd_mx import buckets, codec, protocol  # noqa: E402
@@ -33,14 +33,14 @@ def sim(alg, workers, servers, steps, pull=True):
                     CFG["batch"], pull={"buckets": layout(workers, servers), "resync_every": R} if pull else None)
 
 
-def run(tmp, alg, workers, servers, steps):
+def run(tmp, alg, workers, servers, steps, env=None):
     cfg = json.dumps(dict(CFG, pull="2bit", resync_every=R))
     log = tmp / "copies"
     import os
     os.environ["CDSGD_COPY_LOG"] = str(log)
     try:
-        got = launch(tmp, workers, servers, "--algorithm", alg, "--steps", str(steps), "--warmup", str(WARMUP),
-                     "--k", str(K), "--threshold", str(T), "--config", cfg)
+        got = finish(start(tmp, workers, servers, "--algorithm", alg, "--steps", str(steps), "--warmup", str(WARMUP),
+                           "--k", str(K), "--threshold", str(T), "--config", cfg, env=env))
     finally:
         del os.environ["CDSGD_COPY_LOG"]
     server = {}
@@ -56,11 +56,15 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
-@pytest.mark.parametrize("workers,servers", [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)])
-def test_both_ways_match_the_simulation_bit_for_bit(tmp_path, alg, workers, servers):
+@pytest.mark.parametrize("workers,servers,device_path", [(1, 1, False), (1, 2, False), (2, 1, False), (2, 2, False),
+                                                         (3, 1, False), (3, 2, False), (2, 2, True)])
+def test_both_ways_match_the_simulation_bit_for_bit(tmp_path, alg, workers, servers, device_path):
     """8 steps: the last one pulls 2-bit codes (V != W there). x, W and V equal the simulation's
-    exactly; every worker's V equals its server's V after every step's round."""
-    got, server = run(tmp_path, alg, workers, servers, 8)
+    exactly; every worker's V equals its server's V after every step's round. device_path:
+    device-resident buckets (CDSGD_DEVICE_PATH=1 takes their path on a CPU context): W reaches
+    the parameters through dev_weights, behind the decode."""
+    got, server = run(tmp_path, alg, workers, servers, 8, env={"CDSGD_DEVICE_PATH": "1"} if device_path else None)
+    assert all(bool(g["device_path"]) == device_path for g in got)
     xs, W, V = sim(alg, workers, servers, 8)
     v_sim = np.concatenate([V[i].reshape(-1)[b:e] for pieces in layout(workers, servers) for i, b, e in pieces])
     for r in range(workers):
