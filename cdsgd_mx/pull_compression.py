@@ -188,6 +188,7 @@ class WorkerCopy:
             count_at = down_size(b.size, len(self._pieces[i])) if region else -1
             decoder = _native.PullDecoder(codec.writable(b.down_wire), self._views[i], codec.writable(b.comm),
                                           self._pieces[i], count_at)
+            # (the handles point into b.down_wire and b.comm, which the bucket keeps for its life)
             self._decoders.append((decoder, engine_ops.handles([b.down_wire]), engine_ops.handles([b.comm])))
 
     def issue(self, i, round_):
@@ -202,6 +203,9 @@ class WorkerCopy:
         """After the engine ran bucket i's decodes (wait for comm_buf): check that round `round_`
         was decoded, and keep the norms its payload carried."""
         decoded, bad, e2, w2 = self._decoders[i][0].last()
+        if bad < 0:
+            raise ValueError("the down payload of bucket %d: %d of its steps are not finite and > 0 (corrupt payload)"
+                             % (i, -bad))
         if bad:
             raise ValueError("the down payload of bucket %d: %d of its words are not valid ternary16 codes "
                              "(corrupt payload)" % (i, bad))

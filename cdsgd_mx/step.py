@@ -88,6 +88,7 @@ class StepEngine:
     def finish_step(self):
         """End of a Trainer step: let the communication thread finish this step's rounds; wait
         only if some were synchronous (their rounds must be ready before the next forward)."""
+        resent = self.rounds.resent  # before the flush: the communication thread may resend at once
         flush = self.comm.flush()
         # aggregate: out is the gradient a resent round would read: wait first. (A 2-bit pull's
         # decode is an engine operation behind the pull, writing comm_buf: ordered like a pull.)
@@ -97,7 +98,6 @@ class StepEngine:
                 self.comm.wait(flush)
             self._weights_to_parameters(t)
         elif self._sync_sets:
-            resent = self.rounds.resent
             self.comm.wait_issued(flush)
             self._weights_to_parameters(t)  # the engine orders the copies after the pulls
             with self.tracer.span("wait rounds", step=t):

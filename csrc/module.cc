@@ -530,7 +530,16 @@ class PullDecoder {
     const auto* w = static_cast<const float*>(wire_.data);
     if (count_at_ >= 0 && w[count_at_] != round) return;  // dropped: nothing to apply
     const int64_t np = static_cast<int64_t>(ps_.size());
-    for (int64_t k = 0; k < np; ++k) ps_[k].scale = w[words_ + k];
+    int64_t bad_scales = 0;  // a step that is not finite and > 0: corrupt (the server sends >= its floor)
+    for (int64_t k = 0; k < np; ++k) {
+      ps_[k].scale = w[words_ + k];
+      bad_scales += !(std::isfinite(ps_[k].scale) && ps_[k].scale > 0.0f);
+    }
+    if (bad_scales) {  // refused before V changes
+      bad_.store(-bad_scales);
+      decoded_.store(round);
+      return;
+    }
     const int64_t bad = cdsgd::pull_decode(static_cast<const uint32_t*>(wire_.data), static_cast<float*>(v_.data),
                                            static_cast<float*>(out_.data), v_.size, ps_.data(), np, 0);
     norms_[0] = w[words_ + np];
@@ -541,7 +550,8 @@ class PullDecoder {
 
   // After the engine ran the operations pushed so far (the caller waits for comm_buf): (the
   // last round decoded, 0 before any; invalid code words in the last payload decoded or
-  // refused; ||W - V||^2 and ||W||^2 that payload carried).
+  // refused, or minus its steps that are not finite and > 0; ||W - V||^2 and ||W||^2 that
+  // payload carried).
   std::tuple<float, int64_t, float, float> last() const { return {decoded_.load(), bad_.load(), norms_[0], norms_[1]}; }
 
  private:

@@ -204,6 +204,15 @@ def test_the_decode_runs_behind_the_pull_once_per_applied_round_and_stops_on_a_c
     with pytest.raises(ValueError, match="bucket 0: 1 of its words are not valid ternary16 codes"):
         worker.collect(0, 6)
     np.testing.assert_array_equal(worker.v, before)
+    payload[3] = copies.stored[7].asnumpy()[3]  # the codes whole again, a step that is not
+    for bad in (np.nan, 0.0, -0.5):
+        payload[codec.packed_size(n)] = bad
+        land(7.0)
+        worker.issue(0, 7)
+        bucket.comm.wait_to_read()
+        with pytest.raises(ValueError, match="bucket 0: 1 of its steps are not finite and > 0"):
+            worker.collect(0, 7)
+        np.testing.assert_array_equal(worker.v, before)
 
 
 def test_a_resync_sets_v_to_w_and_a_bad_flag_stops():
