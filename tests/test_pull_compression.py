@@ -172,46 +172,38 @@ def test_the_decode_runs_behind_the_pull_once_per_applied_round_and_stops_on_a_c
     worker = WorkerCopy([bucket], n)
     worker.bind([bucket], region)
 
-    def land(count, slow=False):
-        """The pull: the payload with the server's round count, written by an engine op."""
-        wire = np.concatenate([payload, [count, 0, 0, 0]]).astype(np.float32)
-        src = _nd(wire)
+    def pull_and_decode(count, round_, slow=False):
+        """The pull (the payload with the server's round count, written by an engine op), the
+        decode of round `round_` issued behind it, and the wait for it; returns collect."""
+        src = _nd(np.concatenate([payload, [count, 0, 0, 0]]).astype(np.float32))
         if slow:  # ready only after a product that takes a while: the decode must wait for it
             x = mx.nd.ones((1500, 1500)) / 1500.0
             for _ in range(4):
                 x = mx.nd.dot(x, x)
             src = src + 0 * x.sum()
         bucket.down_wire[:] = src
+        worker.issue(0, round_)
+        bucket.comm.wait_to_read()
+        return lambda: worker.collect(0, round_)
 
-    land(4.0)  # the server dropped round 5: its count stayed at 4
-    worker.issue(0, 5)
-    bucket.comm.wait_to_read()
+    collect = pull_and_decode(4.0, 5)  # the server dropped round 5: its count stayed at 4
     assert not worker.v.any() and not bucket.comm.asnumpy().any(), "a dropped round changed V"
     with pytest.raises(RuntimeError, match="decoded round 0 of its 2-bit pull, expected 5"):
-        worker.collect(0, 5)
-    land(5.0, slow=True)  # sent again, applied: issued before the payload lands
-    worker.issue(0, 5)
-    bucket.comm.wait_to_read()
-    worker.collect(0, 5)
+        collect()
+    pull_and_decode(5.0, 5, slow=True)()  # sent again, applied: issued before the payload lands
     np.testing.assert_array_equal(worker.v, copies.v[7])
     np.testing.assert_array_equal(bucket.comm.asnumpy(), copies.v[7])
-    # a corrupt payload: refused at collect, V as it was
+    # corrupt payloads: refused at collect, V as it was
     before = worker.v.copy()
     payload[3] = np.float32(-2.0)
-    land(6.0)
-    worker.issue(0, 6)
-    bucket.comm.wait_to_read()
     with pytest.raises(ValueError, match="bucket 0: 1 of its words are not valid ternary16 codes"):
-        worker.collect(0, 6)
+        pull_and_decode(6.0, 6)()
     np.testing.assert_array_equal(worker.v, before)
     payload[3] = copies.stored[7].asnumpy()[3]  # the codes whole again, a step that is not
     for bad in (np.nan, 0.0, -0.5):
         payload[codec.packed_size(n)] = bad
-        land(7.0)
-        worker.issue(0, 7)
-        bucket.comm.wait_to_read()
         with pytest.raises(ValueError, match="bucket 0: 1 of its steps are not finite and > 0"):
-            worker.collect(0, 7)
+            pull_and_decode(7.0, 7)()
         np.testing.assert_array_equal(worker.v, before)
 
 
