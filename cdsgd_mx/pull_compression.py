@@ -38,11 +38,12 @@ values() / restore(values).
 """
 import numpy as np
 
-from . import codec
+from . import _native, codec, engine_ops
 
 NORMS = 2        # floats after the scales: ||W - V||^2, ||W||^2
 PULL_FP32 = 1.0  # the flag in a payload row: this round pulls fp32 W (re-sync: V := W)
 PULL_2BIT = 2.0  # ... or the codes of W - V
+_OP, _RELEASE = _native.pull_decode_op_address(), _native.pull_decode_release_address()  # a worker's decode (WorkerCopy)
 
 
 def down_size(n, pieces):
@@ -183,7 +184,6 @@ class WorkerCopy:
         """Make each bucket's decoder, once its down_wire and comm_buf part exist and nothing is
         pending on them (the BucketSet's start). region: proof values after each down payload,
         the server's round count first (0: no count; kvstore='local')."""
-        from . import _native, engine_ops
         for i, b in enumerate(buckets):
             count_at = down_size(b.size, len(self._pieces[i])) if region else -1
             decoder = _native.PullDecoder(codec.writable(b.down_wire), self._views[i], codec.writable(b.comm),
@@ -195,7 +195,6 @@ class WorkerCopy:
         """Push bucket i's decode behind the pull just issued into its down_wire: V += code * s_p;
         comm = V, unless the server's count in the payload is not `round_` (the server dropped
         the round: the worker sends it again and issues another decode)."""
-        from . import engine_ops
         decoder, reads, writes = self._decoders[i]
         engine_ops.push(_OP, decoder.call(float(round_)), _RELEASE, reads, writes, b"cdsgd_pull_decode")
 
@@ -232,11 +231,3 @@ class WorkerCopy:
 
     def set_values(self, values):
         self.v[:] = values
-
-
-def _address(name):
-    from . import _native
-    return getattr(_native, name)()
-
-
-_OP, _RELEASE = _address("pull_decode_op_address"), _address("pull_decode_release_address")

@@ -292,7 +292,10 @@ int64_t decode_sgd(py::handle wire, int64_t rows, int64_t stride, py::handle wei
                            static_cast<int64_t>(rs.size()), h, threads);
 }
 
-// Pieces of a 2-bit pull: sorted, disjoint ranges inside [0, n); with scales, each finite and > 0.
+// A 2-bit pull's step for a piece is finite and > 0 (the server's floor is 1 where W - V is 0).
+inline bool valid_step(float s) { return s > 0.0f && std::isfinite(s); }
+
+// Pieces of a 2-bit pull: sorted, disjoint ranges inside [0, n); with scales, each a valid_step.
 std::vector<cdsgd::Piece> pieces_of(const std::vector<std::pair<int64_t, int64_t>>& ranges, const float* scales,
                                     int64_t n) {
   std::vector<cdsgd::Piece> ps;
@@ -303,7 +306,7 @@ std::vector<cdsgd::Piece> pieces_of(const std::vector<std::pair<int64_t, int64_t
     if (b < last || e < b || e > n)
       throw py::value_error("pieces must be sorted, disjoint ranges inside [0, n = " + std::to_string(n) + "), got [" +
                             std::to_string(b) + ", " + std::to_string(e) + ")");
-    if (!(s > 0.0f) || !std::isfinite(s))
+    if (!valid_step(s))
       throw py::value_error("a piece's scale must be a finite number > 0, got " + std::to_string(s));
     ps.push_back({b, e, s});
     last = e;
@@ -530,10 +533,10 @@ class PullDecoder {
     const auto* w = static_cast<const float*>(wire_.data);
     if (count_at_ >= 0 && w[count_at_] != round) return;  // dropped: nothing to apply
     const int64_t np = static_cast<int64_t>(ps_.size());
-    int64_t bad_scales = 0;  // a step that is not finite and > 0: corrupt (the server sends >= its floor)
+    int64_t bad_scales = 0;  // a step that is not valid: a corrupt payload
     for (int64_t k = 0; k < np; ++k) {
       ps_[k].scale = w[words_ + k];
-      bad_scales += !(std::isfinite(ps_[k].scale) && ps_[k].scale > 0.0f);
+      bad_scales += !valid_step(ps_[k].scale);
     }
     if (bad_scales) {  // refused before V changes
       bad_.store(-bad_scales);
@@ -618,10 +621,6 @@ PYBIND11_MODULE(_native, m) {
            py::arg("wire"), py::arg("v"), py::arg("out"), py::arg("pieces"), py::arg("count_at"))
       .def("call", [](PullDecoder& d, float round) {
              return reinterpret_cast<uintptr_t>(new PullDecodeCall{&d, round});
-           }, py::arg("round"))
-      .def("run", [](PullDecoder& d, float round) {
-             py::gil_scoped_release nogil;
-             d.run(round);
            }, py::arg("round"))
       .def("last", &PullDecoder::last);
   m.def("pull_decode_op_address", []() { return reinterpret_cast<uintptr_t>(&pull_decode_op); });
