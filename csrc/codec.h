@@ -75,6 +75,7 @@ void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t np
 
 // The server's encode, one pass: per value e = w - v, x = e / s; code +1 where x >= 1/2, -1
 // where x <= -1/2, else 0; v += code * s; the codes written as ceil(n/16) ternary16 wire words.
+// (Computed as e against s / 2 wherever that gives the same codes: csrc/codec_cpu.cc.)
 // The same float32 operations as quantize_2bit(0, e / s, threshold 1/2), then
 // dequantize_2bit(threshold 1) * s + v, so the result is bit for bit theirs.
 void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64_t npieces, uint32_t* wire,

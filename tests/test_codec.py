@@ -559,6 +559,49 @@ def test_pull_encode_and_decode_equal_the_unfused_steps(n, threads):
     np.testing.assert_array_equal(out.view(np.uint32), want_v.view(np.uint32))
 
 
+def test_pull_encode_compares_with_half_the_step_exactly_where_the_rule_divides():
+    """The encode tests e >= s/2 instead of e / s >= 1/2 (csrc/codec_cpu.cc): the same codes at an
+    exact tie, one float below it and one above; and on a piece whose step is so small that s/2
+    is rounded (there it must divide: s = S units of 2^-149 with S = 4k + 1 rounds s/2 to k
+    units, and e = k units is a tie for the compare but below 1/2 for the division)."""
+    unit = np.float32(2.0 ** -149)
+    rng = np.random.default_rng(11)
+    n, tiny = 4096, 2048  # [0, tiny): normal changes; [tiny, n): changes near 1e-39 (denormal)
+    noise = rng.normal(0, 1, n).astype(np.float32)
+    v, pieces = np.zeros(n, np.float32), [(0, tiny), (tiny, n)]
+
+    def probe(w, s):  # values at and around +-s/2 in each piece, for the step s they give
+        half = np.float32(s[0] / 2)
+        for k, x in enumerate([half, np.nextafter(half, np.float32(0)), np.nextafter(half, np.float32(1))]):
+            w[6 * k:6 * k + 3], w[6 * k + 3:6 * k + 6] = x, -x
+        k = int(np.float32(s[1]) / unit) // 2  # floor(S / 2)
+        w[tiny:tiny + 2], w[tiny + 2:tiny + 4] = k * unit, (k + 1) * unit
+        w[tiny + 4:tiny + 6] = -k * unit
+
+    for size in np.linspace(1e-39, 2e-39, 200):
+        w = noise.copy()
+        w[tiny:] = (noise[tiny:] * size).astype(np.float32)
+        s = codec.pull_scales(w, v, pieces)
+        for _ in range(20):  # until s no longer moves
+            probe(w, s)
+            s, before = codec.pull_scales(w, v, pieces), s
+            if s == before:
+                break
+        if s == before and int(np.float32(s[1]) / unit) % 4 == 1:
+            break
+    else:
+        pytest.fail("no step of 4k + 1 units found")
+    assert s[1] < 2.0 ** -126  # denormal: s/2 is rounded
+    want_packed, want_v = unfused_pull(w, v, pieces, s)
+    got_v, wire = v.copy(), np.zeros(codec.packed_size(n), np.float32)
+    codec.pull_encode(w, got_v, pieces, wire)
+    np.testing.assert_array_equal(wire.view(np.uint32), ref.wire_encode(want_packed).view(np.uint32))
+    np.testing.assert_array_equal(got_v.view(np.uint32), want_v.view(np.uint32))
+    moved = got_v != 0
+    assert moved[0:6].all() and not moved[6:12].any() and moved[12:18].all()  # tie, below, above
+    assert not moved[tiny:tiny + 2].any() and moved[tiny + 2:tiny + 4].all() and not moved[tiny + 4:tiny + 6].any()
+
+
 def test_pull_scales_are_the_rms_in_a_fixed_order_whatever_the_threads():
     rng = np.random.default_rng(5)
     n = (1 << 20) + 3
