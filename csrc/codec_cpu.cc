@@ -178,6 +178,53 @@ int64_t wire_decode_range(const uint32_t* wire, uint32_t* packed, int64_t begin,
   return invalid;
 }
 
+// Wire word -> its sixteen digits: v = hi * 3^8 + lo (as wire_decode_range), each half's eight
+// digits from one table entry of eight bytes. An out-of-range word (corrupt payload) gives
+// digits 0 and counts, as there.
+struct DigitTable {
+  uint64_t digits[6561];
+  DigitTable() {
+    for (uint32_t v = 0; v < 6561; ++v) {
+      uint64_t r = 0;
+      for (uint32_t j = 0, x = v; j < 8; ++j, x /= 3) r |= uint64_t{x % 3} << (8 * j);
+      digits[v] = r;
+    }
+  }
+};
+const DigitTable kDigits;
+
+CDSGD_CLONES
+int64_t wire_to_digits(const uint32_t* wire, uint8_t* d, int64_t nwords) {
+  int64_t invalid = 0;
+  for (int64_t w = 0; w < nwords; ++w) {
+    uint32_t v = wire[w] - kWireBias;
+    const bool bad = v >= kWireLimit;
+    invalid += bad;
+    v = bad ? 0u : v;
+    const uint32_t hi = static_cast<uint32_t>((uint64_t{v} * 20947867ull) >> 37);
+    const uint32_t lo = v - 6561u * hi;
+    std::memcpy(d + kValuesPerWord * w, &kDigits.digits[lo], 8);
+    std::memcpy(d + kValuesPerWord * w + 8, &kDigits.digits[hi], 8);
+  }
+  return invalid;
+}
+
+// Digits -> +t / -t / 0 (out = or out +=): what dequantize_range gives for the same codes, on
+// masks so that it vectorizes (see quantize_range).
+CDSGD_CLONES
+void dequantize_digits(const uint8_t* d, float* out, int64_t m, float t, bool accumulate) {
+  const float neg_t = -t;
+  uint32_t tb, nb;
+  std::memcpy(&tb, &t, 4);
+  std::memcpy(&nb, &neg_t, 4);
+  for (int64_t i = 0; i < m; ++i) {  // (the compiler unswitches `accumulate`)
+    const uint32_t stepb = (tb & (0u - static_cast<uint32_t>(d[i] == 1))) | (nb & (0u - static_cast<uint32_t>(d[i] == 2)));
+    float step;
+    std::memcpy(&step, &stepb, 4);
+    out[i] = accumulate ? out[i] + step : step;
+  }
+}
+
 CDSGD_CLONES
 int64_t count_nonfinite_range(const float* x, int64_t begin, int64_t end) {
   int64_t bad = 0;
@@ -274,18 +321,18 @@ int64_t wire_decode(const uint32_t* wire, uint32_t* packed, int64_t nwords, int 
 int64_t decode_sum(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t stride, float* out, int64_t n,
                    float threshold, int threads) {
   std::atomic<int64_t> invalid{0};
-  // Per chunk of values: each row's words -> packed words in L1 -> added into out (the first
+  // Per chunk of values: each row's words -> digits in L1 -> added into out (the first
   // row writes). Sums run in row order, so the result does not depend on the thread count.
   parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {
-    alignas(64) uint32_t packed[kChunk / kValuesPerWord];
+    alignas(64) uint8_t digit[kChunk];
     int64_t bad = 0;
     for (int64_t c0 = b; c0 < e; c0 += kChunk) {
       const int64_t m = std::min(kChunk, e - c0);
       const int64_t w0 = c0 / kValuesPerWord, nw = packed_words(m);
       if (rows == 0) std::fill(out + c0, out + c0 + m, 0.0f);
       for (int64_t r = 0; r < rows; ++r) {
-        bad += wire_decode_range(wire + r * stride + w0, packed, 0, nw);
-        dequantize_range(reinterpret_cast<const uint8_t*>(packed), out + c0, 0, m, threshold, r > 0);
+        bad += wire_to_digits(wire + r * stride + w0, digit, nw);
+        dequantize_digits(digit, out + c0, m, threshold, r > 0);
       }
     }
     invalid += bad;
@@ -303,7 +350,7 @@ int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t s
   // Per chunk: the rows' sum is decoded into L1 exactly as decode_sum does, then each run of
   // parameters overlapping the chunk takes its SGD step from it (runs sorted, disjoint).
   parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {
-    alignas(64) uint32_t packed[kChunk / kValuesPerWord];
+    alignas(64) uint8_t digit[kChunk];
     alignas(64) float g[kChunk];
     int64_t first = std::upper_bound(runs, runs + nruns, b, [](int64_t v, const SgdRun& r) { return v < r.end; }) - runs;
     for (int64_t c0 = b; c0 < e; c0 += kChunk) {
@@ -311,8 +358,8 @@ int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t s
       const int64_t w0 = c0 / kValuesPerWord, nw = packed_words(m);
       if (rows == 0) std::fill(g, g + m, 0.0f);
       for (int64_t r = 0; r < rows; ++r) {
-        wire_decode_range(wire + r * stride + w0, packed, 0, nw);
-        dequantize_range(reinterpret_cast<const uint8_t*>(packed), g, 0, m, threshold, r > 0);
+        wire_to_digits(wire + r * stride + w0, digit, nw);
+        dequantize_digits(digit, g, m, threshold, r > 0);
       }
       while (first < nruns && runs[first].end <= c0) ++first;
       for (int64_t k = first; k < nruns && runs[k].begin < c1; ++k) {
@@ -445,33 +492,6 @@ void digits_to_wire(const uint8_t* d, uint32_t* wire, int64_t nwords) {
   if (avx2) done = digits_to_wire_avx2(d, wire, nwords);
 #endif
   digits_to_wire_loop(d, wire, done, nwords);
-}
-
-// Wire word -> its sixteen digits: v = hi * 3^8 + lo (as wire_decode_range), each half's eight
-// digits from one table entry of eight bytes. An out-of-range word (corrupt payload) gives
-// digits 0; the caller has counted it before (count_invalid_words).
-struct DigitTable {
-  uint64_t digits[6561];
-  DigitTable() {
-    for (uint32_t v = 0; v < 6561; ++v) {
-      uint64_t r = 0;
-      for (uint32_t j = 0, x = v; j < 8; ++j, x /= 3) r |= uint64_t{x % 3} << (8 * j);
-      digits[v] = r;
-    }
-  }
-};
-const DigitTable kDigits;
-
-CDSGD_CLONES
-void wire_to_digits(const uint32_t* wire, uint8_t* d, int64_t nwords) {
-  for (int64_t w = 0; w < nwords; ++w) {
-    uint32_t v = wire[w] - kWireBias;
-    v = v >= kWireLimit ? 0u : v;
-    const uint32_t hi = static_cast<uint32_t>((uint64_t{v} * 20947867ull) >> 37);
-    const uint32_t lo = v - 6561u * hi;
-    std::memcpy(d + kValuesPerWord * w, &kDigits.digits[lo], 8);
-    std::memcpy(d + kValuesPerWord * w + 8, &kDigits.digits[hi], 8);
-  }
 }
 
 // One piece's part of a worker's decode from its wire digits: v += code * s, and out = v in the
