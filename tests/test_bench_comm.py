@@ -50,6 +50,9 @@ def test_paired_mode_alternates_fp32_and_2bit_rounds_in_one_job(tmp_path):
     assert p["ssgd_ms"] > 0 and p["bitsgd_ms"] > 0 and p["ratio"] == pytest.approx(p["bitsgd_ms"] / p["ssgd_ms"])
     assert "lenet5 none paired in one job (4 rounds of each): ssgd %.1f ms, bitsgd %.1f ms, bitsgd/ssgd %.2f" % (
         p["ssgd_ms"], p["bitsgd_ms"], p["ratio"]) in proc.stdout
+    ratios = [w["ratio"] for w in p["workers"]]  # printed: the larger, and the mean over the workers
+    assert len(ratios) == 2 and p["ratio"] == max(ratios) and p["mean_ratio"] == pytest.approx(sum(ratios) / 2)
+    assert "(worker rank %d; mean over the workers %.2f)" % (p["rank"], p["mean_ratio"]) in proc.stdout
     values = sum(int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null")
     sizes = [int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null"]
     buckets = len(plan(list(enumerate(sizes)), 20000, 2, 1, protocol.Keys(1)))

@@ -28,7 +28,8 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
               BIT-SGD Trainer whose even rounds push fp32 (the same push and pull as ssgd's), so
               both are timed under the same processes, placement and load; --rounds of each.
               Printed under the table: both medians and their ratio, the worker with the larger
-              ratio. Separate jobs differ by up to 30% in speed on a shared machine; this does not
+              ratio (the conservative figure: the larger of two noisy ratios is biased up), and the
+              mean of the workers' ratios. Separate jobs differ by up to 30% in speed on a shared machine; this does not
   paired_pull (not in the default list) the same with BIT-SGD's one-way round (fp32 pull) on even
               rounds and its both-ways round (2-bit pull) on odd ones, in one job: a BIT-SGD
               Trainer with pull_compression='2bit' whose even rounds pull W (the servers then copy
@@ -244,8 +245,9 @@ def run_job(args, model, link, system):
     worst = max(found, key=lambda r: r.get("ratio", r["ms"]))
     result = {"ms": worst["ms"], "workers": sorted(found, key=lambda r: r["rank"]),
               "bytes_per_round": worst["bytes_per_round"]}
-    if "ratio" in worst:  # paired: the worker with the larger ratio
+    if "ratio" in worst:  # paired: the worker with the larger ratio, and the mean over the workers
         result.update({k: v for k, v in worst.items() if k.endswith("_ms") or k in ("ratio", "rank")})
+        result["mean_ratio"] = statistics.mean(r["ratio"] for r in found)
     if args.trace and system in OUR_JOBS:  # where the timed rounds went, worker by worker
         result["spans"] = [span_medians(trace_path(args.trace, model, link, system, r["rank"]), WARMUP_ROUNDS)
                            for r in result["workers"]]
@@ -436,8 +438,9 @@ def print_table(args, infos, results):
                 p = res.get(system)
                 if p and "ratio" in p:
                     notes.append("%s %s %s in one job (%d rounds of each): %s %.1f ms, %s %.1f ms, %s/%s %.2f "
-                                 "(worker rank %d)" % (model, link, system, args.rounds, even, p["even_ms"], odd,
-                                                       p["odd_ms"], odd, even, p["ratio"], p["rank"]))
+                                 "(worker rank %d; mean over the workers %.2f)"
+                                 % (model, link, system, args.rounds, even, p["even_ms"], odd, p["odd_ms"], odd, even,
+                                    p["ratio"], p["rank"], p["mean_ratio"]))
                 elif p and "error" in p:
                     notes.append("%s %s %s failed: %s" % (model, link, system, p["error"]))
     full = [r for r in rows if len(r) == len(head)]
