@@ -1,4 +1,7 @@
 """The codec against its numpy reference, MXNet's own kernel, and hand-worked cases."""
+import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -651,3 +654,17 @@ def test_pull_pieces_are_checked(pieces, scales, msg):
     if len(scales) == 1 and scales[0] == 0.5:
         with pytest.raises(ValueError, match=msg):
             codec.pull_encode(np.ones(10, np.float32), np.zeros(10, np.float32), pieces, np.zeros(1, np.float32))
+
+
+def test_the_codec_benchmark_times_every_op_beside_a_copy(tmp_path):
+    """python -m cdsgd_mx.bench.codec: one row per op and size, the server's and a 2-bit pull's
+    ops included, each with its share of the copy's bandwidth."""
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.codec", "--sizes", "5000,70000", "--min-time", "0.01",
+                           "--json", "--mxnet-baseline", str(tmp_path / "none")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    ops = ["copy", "quantize", "dequantize", "wire_encode", "wire_decode", "decode_sgd", "pull_encode", "pull_decode"]
+    assert [(r["op"], r["n"]) for r in rows] == [(op, n) for n in (5000, 70000) for op in ops]
+    for r in rows:
+        assert r["melem_per_s"] > 0 and r["fraction_of_copy"] == pytest.approx(
+            r["gb_per_s"] / next(c["gb_per_s"] for c in rows if c["op"] == "copy" and c["n"] == r["n"]))

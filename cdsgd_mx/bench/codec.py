@@ -6,7 +6,10 @@
 Each figure is the best of several repetitions (at least --min-time seconds in all).
 gb_per_s counts the bytes an op must move per value: quantize reads grad and residual and
 writes residual and codes (12.25 B), dequantize reads codes and writes floats (4.25 B), wire
-encode/decode read and write a 4-byte word per 16 values (0.5 B), copy reads and writes 4 B each.
+encode/decode read and write a 4-byte word per 16 values (0.5 B), copy reads and writes 4 B each;
+decode_sgd (the server's decode of two workers' rows fused with SGD and momentum), pull_encode
+and pull_decode (a 2-bit pull's server and worker side, one piece per 4096 values) as listed
+in BYTES_PER_VALUE.
 MXNet's kernels (--mxnet-baseline: a folder with build.sh and mxnet_2bit.py, e.g. the project's
 shared/tools/mxnet-2bit-baseline) are measured when they can be built, and skipped with a note
 otherwise.
@@ -33,6 +36,13 @@ BYTES_PER_VALUE = {
     "dequantize": 4.25,
     "wire_encode": 0.5,
     "wire_decode": 0.5,
+    # a server's round and a 2-bit pull's (issue 29): decode_sgd of two workers' rows reads their
+    # words and weight and momentum, writes weight and momentum; pull_encode's two passes read W
+    # and V, then read them again and write V and the words; pull_decode reads the words and V,
+    # writes V and out
+    "decode_sgd": 16.5,
+    "pull_encode": 20.25,
+    "pull_decode": 12.25,
     "mxnet_quantize": 12.25,
     "mxnet_dequantize": 4.25,
 }
@@ -75,12 +85,23 @@ def measure(n, threads, min_time, baseline, threshold=0.5):
     packed = np.zeros(codec.packed_size(n), np.uint32)
     wire = np.zeros(codec.wire_size(n), np.float32)
     codec.quantize(grad, residual, packed, threshold)
+    codec.wire_encode(packed, wire)
+    rows2 = np.stack([wire, wire])
+    weight, mom = rng.normal(0, 1, n).astype(np.float32), np.zeros(n, np.float32)
+    v = (weight + rng.normal(0, 0.01, n)).astype(np.float32)
+    pieces = [(b, min(n, b + 4096)) for b in range(0, n, 4096)]
+    down = np.zeros(codec.packed_size(n), np.float32)
+    scales = codec.pull_encode(weight, v.copy(), pieces, down)
     ops = {
         "copy": lambda: np.copyto(dst, grad),
         "quantize": lambda: codec.quantize(grad, residual, packed, threshold, threads=threads),
         "dequantize": lambda: codec.dequantize(packed, out, threshold, threads=threads),
         "wire_encode": lambda: codec.wire_encode(packed, wire, threads=threads),
         "wire_decode": lambda: codec.wire_decode(wire, packed, threads=threads),
+        "decode_sgd": lambda: codec.decode_sgd(rows2, weight, mom, n, threshold, [(0, n, 1e-6, 0.0)], 0.9, 1.0,
+                                               threads=threads),
+        "pull_encode": lambda: codec.pull_encode(weight, v, pieces, down, threads=threads),
+        "pull_decode": lambda: codec.pull_decode(down, v, pieces, scales, out=out, threads=threads),
     }
     if baseline is not None:
         import mxnet as mx
