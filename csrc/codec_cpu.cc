@@ -8,6 +8,7 @@
 #include <cmath>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -417,7 +418,8 @@ double sum_of_squares(const float* w, const float* v, int64_t m) {
 // and normal (s >= 2^-125) that is e >= s / 2 (e <= -s / 2) exactly: division rounds
 // monotonically, and no float e below s / 2 has e / s round up to 1/2 (the gap below s / 2 is
 // at least (s / 2) 2^-24, a quotient gap of 2^-25: all of the gap below 1/2). So the compare
-// gives the division's codes bit for bit at about half the cost of the pass; tiny steps divide.
+// gives the division's codes bit for bit at about half the cost of the pass; tiny steps divide
+// (below 2^-125 the compare does differ, e.g. s = 0x1.000002p-126, e = 2^-127).
 static_assert(kPullThreshold == 0.5f, "the encode compares e with s / 2");
 constexpr float kExactHalf = 0x1p-125f;
 
@@ -427,7 +429,7 @@ void pull_encode_segment(const float* w, float* v, uint8_t* digit, int64_t m, fl
     for (int64_t i = 0; i < m; ++i) { v[i] = v[i] + 0.0f; digit[i] = 0; }
     return;
   }
-  const bool divide = !(s >= kExactHalf);
+  const bool divide = !(s >= kExactHalf && s <= std::numeric_limits<float>::max());  // (an infinite step divides too)
   const float t = divide ? kPullThreshold : 0.5f * s, neg_t = -t;
   const float neg_s = -s;
   uint32_t sb, nb;

@@ -341,7 +341,7 @@ def test_decode_sum_is_the_sum_of_every_rows_decoded_codes(n, rows):
     for threads in (1, 2):
         out = np.full(n, 9.0, np.float32)  # stale values are overwritten, not added to
         codec.decode_sum(wire, out, 0.5, threads=threads)
-        np.testing.assert_array_equal(out, want)
+        np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))  # bits: +0, never -0
     # rows as the server receives them: each followed by its proof tag (skipped, not decoded)
     tagged = np.concatenate([wire, np.full((rows, 8), np.nan, np.float32)], axis=1)
     out = np.full(n, 9.0, np.float32)
@@ -564,37 +564,47 @@ def test_pull_encode_and_decode_equal_the_unfused_steps(n, threads):
 
 def test_pull_encode_compares_with_half_the_step_exactly_where_the_rule_divides():
     """The encode tests e >= s/2 instead of e / s >= 1/2 (csrc/codec_cpu.cc): the same codes at an
-    exact tie, one float below it and one above; and on a piece whose step is so small that s/2
-    is rounded (there it must divide: s = S units of 2^-149 with S = 4k + 1 rounds s/2 to k
-    units, and e = k units is a tie for the compare but below 1/2 for the division)."""
+    exact tie, one float below it and one above; and where s/2 is rounded it must divide. That is
+    s below 2^-125: s = S units of 2^-149 with S = 4j + 1 has s/2 rounded to 2j units, and
+    e = 2j units is a tie for the compare but below 1/2 for the division. Two such pieces: s in
+    [2^-126, 2^-125) (normal, s/2 not) and s below 2^-126 (denormal)."""
     unit = np.float32(2.0 ** -149)
     rng = np.random.default_rng(11)
-    n, tiny = 4096, 2048  # [0, tiny): normal changes; [tiny, n): changes near 1e-39 (denormal)
+    n, cuts = 4096, [0, 2048, 3072, 4096]
+    pieces = list(zip(cuts, cuts[1:]))
     noise = rng.normal(0, 1, n).astype(np.float32)
-    v, pieces = np.zeros(n, np.float32), [(0, tiny), (tiny, n)]
+    w, v = noise.copy(), np.zeros(n, np.float32)
 
-    def probe(w, s):  # values at and around +-s/2 in each piece, for the step s they give
-        half = np.float32(s[0] / 2)
-        for k, x in enumerate([half, np.nextafter(half, np.float32(0)), np.nextafter(half, np.float32(1))]):
-            w[6 * k:6 * k + 3], w[6 * k + 3:6 * k + 6] = x, -x
-        k = int(np.float32(s[1]) / unit) // 2  # floor(S / 2)
-        w[tiny:tiny + 2], w[tiny + 2:tiny + 4] = k * unit, (k + 1) * unit
-        w[tiny + 4:tiny + 6] = -k * unit
+    def probe(p, s):  # values at and around +-s/2 in piece p, for its step s
+        b = cuts[p]
+        if p == 0:
+            half = np.float32(s / 2)
+            for k, x in enumerate([half, np.nextafter(half, np.float32(0)), np.nextafter(half, np.float32(1))]):
+                w[b + 6 * k:b + 6 * k + 3], w[b + 6 * k + 3:b + 6 * k + 6] = x, -x
+        else:
+            k = int(np.float32(s) / unit) // 2  # floor(S / 2): 2j where S = 4j + 1
+            w[b:b + 2], w[b + 2:b + 4], w[b + 4:b + 6] = k * unit, (k + 1) * unit, -k * unit
 
-    for size in np.linspace(1e-39, 2e-39, 200):
-        w = noise.copy()
-        w[tiny:] = (noise[tiny:] * size).astype(np.float32)
-        s = codec.pull_scales(w, v, pieces)
-        for _ in range(20):  # until s no longer moves
-            probe(w, s)
-            s, before = codec.pull_scales(w, v, pieces), s
+    def settle(p):  # probe until the piece's step no longer moves; its step
+        s = codec.pull_scales(w, v, pieces)[p]
+        for _ in range(20):
+            probe(p, s)
+            s, before = codec.pull_scales(w, v, pieces)[p], s
             if s == before:
+                return s
+        return None
+
+    settle(0)
+    for p, sizes in ((1, np.linspace(7e-39, 1.3e-38, 400)), (2, np.linspace(1e-39, 2e-39, 400))):
+        for size in sizes:
+            w[cuts[p]:cuts[p + 1]] = (noise[cuts[p]:cuts[p + 1]] * size).astype(np.float32)
+            s = settle(p)
+            if s is not None and int(np.float32(s) / unit) % 4 == 1:
                 break
-        if s == before and int(np.float32(s[1]) / unit) % 4 == 1:
-            break
-    else:
-        pytest.fail("no step of 4k + 1 units found")
-    assert s[1] < 2.0 ** -126  # denormal: s/2 is rounded
+        else:
+            pytest.fail("no step of 4j + 1 units found for piece %d" % p)
+    s = codec.pull_scales(w, v, pieces)
+    assert 2.0 ** -126 <= s[1] < 2.0 ** -125 and s[2] < 2.0 ** -126
     want_packed, want_v = unfused_pull(w, v, pieces, s)
     got_v, wire = v.copy(), np.zeros(codec.packed_size(n), np.float32)
     codec.pull_encode(w, got_v, pieces, wire)
@@ -602,7 +612,8 @@ def test_pull_encode_compares_with_half_the_step_exactly_where_the_rule_divides(
     np.testing.assert_array_equal(got_v.view(np.uint32), want_v.view(np.uint32))
     moved = got_v != 0
     assert moved[0:6].all() and not moved[6:12].any() and moved[12:18].all()  # tie, below, above
-    assert not moved[tiny:tiny + 2].any() and moved[tiny + 2:tiny + 4].all() and not moved[tiny + 4:tiny + 6].any()
+    for b in cuts[1:3]:  # 2j units: 0 (a compare would say +-1); 2j + 1 units: +1
+        assert not moved[b:b + 2].any() and moved[b + 2:b + 4].all() and not moved[b + 4:b + 6].any()
 
 
 def test_pull_scales_are_the_rms_in_a_fixed_order_whatever_the_threads():
