@@ -161,27 +161,32 @@ struct HalfWordTable {
 };
 const HalfWordTable kHalfWord;
 
-// Inverse of wire_encode_range; an out-of-range value (corrupt payload) decodes to 0 and counts.
-// v = hi * 3^8 + lo; hi = v / 6561 by one multiply (exact for every v < 3^16, checked
-// exhaustively), then one table lookup per half.
+// A wire word's value v = hi * 3^8 + lo, its two halves of eight base-3 digits; an out-of-range
+// word (corrupt payload) counts in `invalid` and reads as 0. hi = v / 6561 by one multiply (exact
+// for every v < 3^16, checked exhaustively).
+struct Halves { uint32_t hi, lo; };
+inline Halves halves_of(uint32_t word, int64_t& invalid) {
+  uint32_t v = word - kWireBias;  // wraps to a huge value below the bias
+  const bool bad = v >= kWireLimit;
+  invalid += bad;
+  v = bad ? 0u : v;
+  const uint32_t hi = static_cast<uint32_t>((uint64_t{v} * 20947867ull) >> 37);
+  return {hi, v - 6561u * hi};
+}
+
+// Inverse of wire_encode_range: one table lookup per half.
 CDSGD_CLONES
 int64_t wire_decode_range(const uint32_t* wire, uint32_t* packed, int64_t begin, int64_t end) {
   int64_t invalid = 0;
   for (int64_t w = begin; w < end; ++w) {
-    uint32_t v = wire[w] - kWireBias;  // wraps to a huge value below the bias
-    const bool bad = v >= kWireLimit;
-    invalid += bad;
-    v = bad ? 0u : v;
-    const uint32_t hi = static_cast<uint32_t>((uint64_t{v} * 20947867ull) >> 37);
-    const uint32_t lo = v - 6561u * hi;
-    packed[w] = kHalfWord.codes[lo] | (uint32_t{kHalfWord.codes[hi]} << 16);
+    const Halves h = halves_of(wire[w], invalid);
+    packed[w] = kHalfWord.codes[h.lo] | (uint32_t{kHalfWord.codes[h.hi]} << 16);
   }
   return invalid;
 }
 
-// Wire word -> its sixteen digits: v = hi * 3^8 + lo (as wire_decode_range), each half's eight
-// digits from one table entry of eight bytes. An out-of-range word (corrupt payload) gives
-// digits 0 and counts, as there.
+// Wire word -> its sixteen digits, each half's eight from one table entry of eight bytes; a
+// corrupt word gives digits 0 and counts, as in wire_decode_range.
 struct DigitTable {
   uint64_t digits[6561];
   DigitTable() {
@@ -198,30 +203,34 @@ CDSGD_CLONES
 int64_t wire_to_digits(const uint32_t* wire, uint8_t* d, int64_t nwords) {
   int64_t invalid = 0;
   for (int64_t w = 0; w < nwords; ++w) {
-    uint32_t v = wire[w] - kWireBias;
-    const bool bad = v >= kWireLimit;
-    invalid += bad;
-    v = bad ? 0u : v;
-    const uint32_t hi = static_cast<uint32_t>((uint64_t{v} * 20947867ull) >> 37);
-    const uint32_t lo = v - 6561u * hi;
-    std::memcpy(d + kValuesPerWord * w, &kDigits.digits[lo], 8);
-    std::memcpy(d + kValuesPerWord * w + 8, &kDigits.digits[hi], 8);
+    const Halves h = halves_of(wire[w], invalid);
+    std::memcpy(d + kValuesPerWord * w, &kDigits.digits[h.lo], 8);
+    std::memcpy(d + kValuesPerWord * w + 8, &kDigits.digits[h.hi], 8);
   }
   return invalid;
 }
 
-// Digits -> +t / -t / 0 (out = or out +=): what dequantize_range gives for the same codes, on
-// masks so that it vectorizes (see quantize_range).
+// The value a digit stands for, from the bits of +step and -step: +step for 1, -step for 2, +0
+// for 0, on masks so that the loops using it vectorize (see quantize_range).
+inline float digit_step(uint8_t d, uint32_t plus, uint32_t minus) {
+  const uint32_t bits = (plus & (0u - static_cast<uint32_t>(d == 1))) | (minus & (0u - static_cast<uint32_t>(d == 2)));
+  float step;
+  std::memcpy(&step, &bits, 4);
+  return step;
+}
+
+inline uint32_t bits_of(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+// Digits -> +t / -t / 0 (out = or out +=): what dequantize_range gives for the same codes.
 CDSGD_CLONES
 void dequantize_digits(const uint8_t* d, float* out, int64_t m, float t, bool accumulate) {
-  const float neg_t = -t;
-  uint32_t tb, nb;
-  std::memcpy(&tb, &t, 4);
-  std::memcpy(&nb, &neg_t, 4);
+  const uint32_t plus = bits_of(t), minus = bits_of(-t);
   for (int64_t i = 0; i < m; ++i) {  // (the compiler unswitches `accumulate`)
-    const uint32_t stepb = (tb & (0u - static_cast<uint32_t>(d[i] == 1))) | (nb & (0u - static_cast<uint32_t>(d[i] == 2)));
-    float step;
-    std::memcpy(&step, &stepb, 4);
+    const float step = digit_step(d[i], plus, minus);
     out[i] = accumulate ? out[i] + step : step;
   }
 }
@@ -500,17 +509,9 @@ void digits_to_wire(const uint8_t* d, uint32_t* wire, int64_t nwords) {
 // same pass (out may be null).
 CDSGD_CLONES
 void pull_decode_segment(const uint8_t* digit, float* v, float* out, int64_t m, float s) {
-  const float neg_s = -s;
-  uint32_t sb, nb;
-  std::memcpy(&sb, &s, 4);
-  std::memcpy(&nb, &neg_s, 4);
+  const uint32_t plus = bits_of(s), minus = bits_of(-s);
   for (int64_t i = 0; i < m; ++i) {  // (the compiler unswitches `out`)
-    const uint32_t pos = 0u - static_cast<uint32_t>(digit[i] == 1);
-    const uint32_t neg = 0u - static_cast<uint32_t>(digit[i] == 2);
-    const uint32_t stepb = (sb & pos) | (nb & neg);
-    float step;
-    std::memcpy(&step, &stepb, 4);
-    const float x = v[i] + step;
+    const float x = v[i] + digit_step(digit[i], plus, minus);
     v[i] = x;
     if (out != nullptr) out[i] = x;
   }

@@ -29,7 +29,8 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
               both are timed under the same processes, placement and load; --rounds of each.
               Printed under the table: both medians and their ratio, the worker with the larger
               ratio (the conservative figure: the larger of two noisy ratios is biased up), and the
-              mean of the workers' ratios. Separate jobs differ by up to 30% in speed on a shared machine; this does not
+              mean of the workers' ratios. Separate jobs differ by up to 30% in speed on a shared
+              machine; one job has no such spread.
   paired_pull (not in the default list) the same with BIT-SGD's one-way round (fp32 pull) on even
               rounds and its both-ways round (2-bit pull) on odd ones, in one job: a BIT-SGD
               Trainer with pull_compression='2bit' whose even rounds pull W (the servers then copy
