@@ -11,21 +11,23 @@ import sys as _sys
 __version__ = "0.1.0"
 
 
-_WITHOUT_MXNET = ("cdsgd_mx.launch", "cdsgd_mx._node", "cdsgd_mx.mxnet_launch", "cdsgd_mx.slurm")  # entry points that only start processes
+_WITHOUT_MXNET = ("cdsgd_mx.launch", "cdsgd_mx.mxnet_launch", "cdsgd_mx.slurm",  # entry points that only start processes
+                  "cdsgd_mx.cluster.launch", "cdsgd_mx.cluster.node", "cdsgd_mx.cluster.mxnet_launch",
+                  "cdsgd_mx.cluster.slurm")
 
 
 def _register_kvstore():
     """`import cdsgd_mx; mx.kv.create('cdsgd')` must give the plugin, not MXNet's plain store
     of that name (which trains every worker alone and exits 0). Not on a server or scheduler
-    (importing MXNet there starts MXNet's own server loop; cdsgd_mx.server runs ours), not
+    (importing MXNet there starts MXNet's own server loop; cdsgd_mx.server.node runs ours), not
     without MXNet (the codec works alone), and not in the launcher, which never trains
     (importing MXNet costs it 2 s of CPU at every start)."""
     if _os.environ.get("DMLC_ROLE") in ("server", "scheduler") or _entry_point() in _WITHOUT_MXNET \
             or _importlib_util.find_spec("mxnet") is None:
         return
-    from .mxnet_import import import_mxnet
+    from cdsgd_mx.mxnet_import import import_mxnet
     import_mxnet()  # without scikit-learn: 0.85 s less CPU at every start (mxnet_import.py)
-    from . import kvstore  # noqa: F401  (KVStoreBase.register runs on import)
+    from cdsgd_mx.worker import kvstore  # noqa: F401  (KVStoreBase.register runs on import)
 
 
 def _entry_point():
@@ -38,10 +40,10 @@ def _serve_if_a_node():
     """`import cdsgd_mx` as a script's first import, under a launcher that runs the same
     command for every role (MXNet's tools/launch.py, srun): on a server or the scheduler it runs
     ours and exits, as `import mxnet` runs MXNet's own there. Not in our own entry points,
-    which start the node themselves (cdsgd_mx.server, also with --stock) or never run one:
+    which start the node themselves (cdsgd_mx.server.node, also with --stock) or never run one:
     while `python -m cdsgd_mx.X` imports this package, sys.argv[0] is still "-m"."""
     if _os.environ.get("DMLC_ROLE") in ("server", "scheduler") and _sys.argv[:1] != ["-m"]:
-        from .server import run_node
+        from cdsgd_mx.server.node import run_node
         run_node()
         _sys.exit(0)
 
@@ -52,12 +54,12 @@ _register_kvstore()
 
 def __getattr__(name):  # MXNet loads only when the engine is used, not for the codec alone
     if name == "Trainer":
-        from .trainer import Trainer
+        from cdsgd_mx.trainer import Trainer
         return Trainer
     if name == "CDSGD":
-        from .kvstore import CDSGD
+        from cdsgd_mx.worker.kvstore import CDSGD
         return CDSGD
     if name == "ConfigError":
-        from .config import ConfigError
+        from cdsgd_mx.worker.config import ConfigError
         return ConfigError
     raise AttributeError("module 'cdsgd_mx' has no attribute %r" % name)

@@ -19,7 +19,7 @@ import numbers
 
 import numpy as np
 
-from . import _native
+from cdsgd_mx import _native
 
 VALUES_PER_WORD = 16
 WIRE_BYTES_PER_VALUE = 4 / VALUES_PER_WORD  # 0.25, like MXNet's own 2-bit wire

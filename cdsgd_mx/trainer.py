@@ -16,9 +16,9 @@ None the same semantics run in one process (N = 1, no parameter server).
 import numpy as np
 from mxnet import autograd, gluon
 
-from .buckets import DEFAULT_BUCKET_SIZE
-from .config import DEFAULT_RESYNC_EVERY, ConfigError, check_config, check_learning_rate
-from .kvstore import CDSGD
+from cdsgd_mx.worker.buckets import DEFAULT_BUCKET_SIZE
+from cdsgd_mx.worker.config import DEFAULT_RESYNC_EVERY, ConfigError, check_config, check_learning_rate
+from cdsgd_mx.worker.kvstore import CDSGD
 
 DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few hundred at most
 NO_WORKER_UPDATE = ("%s (the workers update; algorithm 'ssgd' or 'bitsgd'): with update_on_kvstore=None the "
@@ -204,7 +204,7 @@ class Trainer(gluon.Trainer):
         self._cdsgd.set_learning_rate(lr, local_lr)
 
     def save_states(self, fname, extra=None):
-        """gluon's save_states, as one all-or-nothing checkpoint set (cdsgd_mx.checkpoint):
+        """gluon's save_states, as one all-or-nothing checkpoint set (cdsgd_mx.wire.checkpoint):
         fname is its manifest; `extra`, a small JSON-able dict (e.g. {"epoch": 3}), is kept
         in it and returned by load_states. Raises checkpoint.SaveError (an OSError) if any node
         cannot write its file; the last complete set stays."""

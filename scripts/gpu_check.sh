@@ -21,7 +21,7 @@ if ! CDSGD_CUDA=1 "$py" setup.py build_ext --inplace > "$out/build.log" 2>&1; th
 fi
 nvidia-smi -L 2>/dev/null | tee "$out/gpu.txt"
 echo "== tests"
-"$py" -m pytest -q -rs tests/test_codec_cuda.py tests/test_device.py tests/test_codec.py 2>&1 | tee "$out/pytest.log"
+"$py" -m pytest -q -rs tests/codec/test_codec_cuda.py tests/worker/test_device.py tests/codec/test_codec.py 2>&1 | tee "$out/pytest.log"
 tests=$?
 echo "== device part of a compressed round (25.6 M values)"
 "$py" -m cdsgd_mx.bench.device --values 25600000 --repeats 50 --json "$out/device.json" 2>&1 | tee "$out/device.txt"
@@ -30,7 +30,7 @@ echo "== codec throughput on the GPU"
 echo "== compute-sanitizer memcheck: the device layer's GPU tests (at most 150 s)"
 if command -v compute-sanitizer > /dev/null; then
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$py" -m pytest -q -x \
-        tests/test_device.py -k gpu 2>&1 | tail -25 | tee "$out/sanitizer.log"
+        tests/worker/test_device.py -k gpu 2>&1 | tail -25 | tee "$out/sanitizer.log"
     echo "sanitizer exit: ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
 else
     echo "compute-sanitizer not found" | tee "$out/sanitizer.log"

@@ -16,7 +16,7 @@ result says which data it used.
 --seeds N (or `seeds: N` in the experiment's config) runs every algorithm with seeds seed, ...,
 seed + N - 1 of the config (each seed fixes init, shard, data order and augmentation) and
 reports the mean, standard deviation and n of each, the paired differences that the paper's
-claims are about with their 95% intervals, and a verdict on each claim (cdsgd_mx.spread). A run
+claims are about with their 95% intervals, and a verdict on each claim (cdsgd_mx.experiments.spread). A run
 already finished in --out with the same settings is reused, so a stopped sweep resumes with
 the same command (--rerun runs everything again).
 """
@@ -45,7 +45,7 @@ PP = 0.01  # one percentage point of accuracy, which the runs log as a fraction
 
 def claim(text, a, b, rule="exceeds", margin=0.0):
     """One of the paper's claims about final test accuracy, judged on a - b paired by seed
-    (cdsgd_mx.spread): rule 'exceeds' (a - b > margin) or 'within' (|a - b| <= margin); b a list:
+    (cdsgd_mx.experiments.spread): rule 'exceeds' (a - b > margin) or 'within' (|a - b| <= margin); b a list:
     the claim holds against each of them; a or b a number: a level of accuracy ("below 99%")."""
     return {"text": text, "a": a, "b": b, "rule": rule, "margin": margin}
 
@@ -207,7 +207,7 @@ def read_metrics(out):
 def data_overrides(exp, quick, data_dir):
     """Overrides that pick the data: data_dir, and the fallback where the data set is missing.
     Returns (overrides, note); with a fallback, exp's title names the data really used."""
-    from cdsgd_mx import data
+    from cdsgd_mx.experiments import data
     from cdsgd_mx.experiments import config as C
     cfg = C.load(os.path.join(ROOT, exp["config"]), ["data_dir=" + data_dir] if data_dir else [])
     out = ["data_dir=" + data_dir] if data_dir else []
@@ -230,7 +230,7 @@ def data_overrides(exp, quick, data_dir):
 def ensure_data(exp, overrides):
     """The runs' data on disk before the first job (each job would fetch it too, but one line
     here beats the same failure in every run)."""
-    from cdsgd_mx import data
+    from cdsgd_mx.experiments import data
     from cdsgd_mx.experiments import config as C
     try:
         cfg = C.load(os.path.join(ROOT, exp["config"]), overrides)
@@ -468,7 +468,7 @@ def per_seed(results, name, workers, measure=final_accuracy):
 
 
 def mean_std(values, scale=100.0, digits=2):
-    from cdsgd_mx import spread  # in the functions: importing cdsgd_mx loads MXNet (seconds)
+    from cdsgd_mx.experiments import spread  # in the functions: importing cdsgd_mx loads MXNet (seconds)
     s = spread.summarize(values)
     return "%.*f ± %.*f" % (digits, scale * s.mean, digits, scale * s.std)
 
@@ -476,7 +476,7 @@ def mean_std(values, scale=100.0, digits=2):
 def judge(c, accs):
     """([(b, spread.Difference of a - b)], verdict) of one claim on {name: {seed: accuracy}}:
     pairs of runs with the same seed, the verdict rule of the claim against each b."""
-    from cdsgd_mx import spread
+    from cdsgd_mx.experiments import spread
     diffs, parts = [], []
     for b in c["b"] if isinstance(c["b"], list) else [c["b"]]:
         named = [x for x in (c["a"], b) if isinstance(x, str)]  # a number is a level: the same for every seed
@@ -505,13 +505,13 @@ def judge_claims(exp, results):
 
 
 def claims_lines(rows, quick):
-    from cdsgd_mx import spread
+    from cdsgd_mx.experiments import spread
     def pp(v):
         return "%+.2f" % (100 * v) if v is not None else "?"
     lines = ["## The paper's claims, judged on these runs", "",
              "Rule: for each seed, the difference a - b of the final test accuracy of two runs with that seed "
              "(the same initial weights, shard and data order); across seeds, its mean and its 95% interval "
-             "from Student's t with n - 1 degrees of freedom (cdsgd_mx.spread). A claim 'a - b > m' "
+             "from Student's t with n - 1 degrees of freedom (cdsgd_mx.experiments.spread). A claim 'a - b > m' "
              + spread.RULES["exceeds"] + ". A claim '|a - b| <= m' " + spread.RULES["within"]
              + ". A claim against several runs " + spread.RULES["all_of"] + ". One seed gives no interval.", "",
              "| claim (the paper's) | workers | a - b (pp): mean [95% interval] | n | verdict |",
@@ -546,7 +546,7 @@ def per_seed_lines(results, names):
 
 def accuracy_cells(results, name, workers):
     """(mean ± std, n, min - max) of a run's final test accuracy over its seeds, in %."""
-    from cdsgd_mx import spread
+    from cdsgd_mx.experiments import spread
     accs = list(per_seed(results, name, workers).values())
     if not accs:
         return "-", "0", "-"
@@ -612,7 +612,7 @@ def load_speed_config(path, quick, workers=None):
     """The YAML config of fig10, checked field by field; quick: a dict of fields that replace
     the config's. A bad config exits with one line naming the field."""
     import yaml
-    from cdsgd_mx import models
+    from cdsgd_mx.experiments import models
     from cdsgd_mx.experiments.config import RATE_RE, _is_int, _is_num
     with open(path) as f:
         cfg = yaml.safe_load(f) or {}
@@ -694,7 +694,7 @@ def summarize_case(model, batch, bandwidth, rows, k, algorithms=ALGORITHMS):
     """Measured iteration times, speedups over BIT-SGD (T_bit / T - 1) and the time model's
     prediction from costs calibrated in the same case (tau: forward/backward alone; phi and
     psi + delta: the communication-only rounds)."""
-    from cdsgd_mx import timemodel
+    from cdsgd_mx.experiments import timemodel
     comm = next(r for r in rows if "phi_ms" in r)
     runs = {r["job"]: r for r in rows if r.get("job") in algorithms}
     tau = sum(runs[a]["compute_ms"] for a in ALGORITHMS) / len(ALGORITHMS)

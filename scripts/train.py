@@ -9,7 +9,7 @@ trains on its shard. Writes into `out`: config.json, metrics-rank<r>.jsonl (one 
 iteration: loss, iteration time, bytes pushed; and per epoch: loss, train and test accuracy),
 and, per epoch, a checkpoint that --resume continues from: one all-or-nothing set whose
 manifest is `out/checkpoint.states` (trainer states, each worker's parameters, the epoch;
-cdsgd_mx.checkpoint.load_parameters reads a worker's parameters back). A job restarted by the
+cdsgd_mx.wire.checkpoint.load_parameters reads a worker's parameters back). A job restarted by the
 launcher (max_restarts, CDSGD_RESTART > 0) resumes from it by itself.
 """
 import argparse
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from cdsgd_mx.server import serve_if_not_worker
+from cdsgd_mx.server.node import serve_if_not_worker
 
 serve_if_not_worker()  # with MXNet's tools/launch.py every role runs this script
 
@@ -31,7 +31,7 @@ from cdsgd_mx.experiments import config as C  # noqa: E402
 def choose_k(cfg):
     if cfg.k != "auto":
         return cfg.k
-    from cdsgd_mx import timemodel
+    from cdsgd_mx.experiments import timemodel
     try:
         rows = [json.loads(line) for line in open(cfg.costs) if line.strip().startswith("{")]
         costs = next(r for r in rows if "phi_ms" in r)
@@ -56,7 +56,7 @@ class ArrayData:
     4-pixel-padded crops and horizontal flips (the usual CIFAR-10 augmentation)."""
 
     def __init__(self, xtr, ytr, xte, yte, source, cfg, rank, workers, augment=False):
-        from cdsgd_mx import data
+        from cdsgd_mx.experiments import data
         if cfg.train_samples:
             xtr, ytr = xtr[:cfg.train_samples], ytr[:cfg.train_samples]
         if cfg.test_samples:
@@ -102,7 +102,7 @@ class RecordData:
     """ImageNet from MXNet's RecordIO files: each rank reads its part of train.rec."""
 
     def __init__(self, cfg, rank, workers, shape):
-        from cdsgd_mx import data
+        from cdsgd_mx.experiments import data
         self.records = data.ImageNetRecords(cfg.data_dir, rank, workers, cfg.batch_size, shape=shape, seed=cfg.seed)
         self.source = self.records.source
         self.per_epoch = max(1, self.records.num_train // workers // cfg.batch_size)
@@ -124,13 +124,13 @@ class RecordData:
 
 def num_classes(cfg):
     """ImageNet's 1000, also for synthetic ImageNet-shaped inputs; else 10."""
-    from cdsgd_mx import models
+    from cdsgd_mx.experiments import models
     imagenet_shaped = models.INPUT_SHAPES[cfg.model][1] == 224
     return 1000 if cfg.dataset == "imagenet" or (cfg.dataset == "synthetic" and imagenet_shaped) else 10
 
 
 def load_data(cfg, rank, workers):
-    from cdsgd_mx import data, models
+    from cdsgd_mx.experiments import data, models
     shape = models.INPUT_SHAPES[cfg.model]
     if cfg.dataset == "synthetic":
         x, y, source = data.synthetic(shape, num_classes(cfg), 64 * cfg.batch_size, seed=cfg.seed + rank)
@@ -168,7 +168,7 @@ def written_by(ckpt, run):
     """Whether checkpoint ckpt was written by this launcher run (a restart resumes only from
     its own: an older run's checkpoint in the same `out` is not this run's progress). A
     manifest that cannot be read counts as ours: loading it then says what is wrong."""
-    from cdsgd_mx import checkpoint
+    from cdsgd_mx.wire import checkpoint
     try:
         return checkpoint.read_manifest(ckpt).get("extra", {}).get("run") == run
     except ValueError:
@@ -180,7 +180,7 @@ def worker(cfg, resume):
     import numpy as np
     from mxnet import autograd, gluon
     import cdsgd_mx
-    from cdsgd_mx import models
+    from cdsgd_mx.experiments import models
 
     mx.random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -300,7 +300,7 @@ def main(argv=None):
         sys.stderr.write("config error: %s\n" % e)
         return 2
     if not args.worker:  # the launching process fetches what is missing: workers read from disk only
-        from cdsgd_mx import data
+        from cdsgd_mx.experiments import data
         try:
             data.ensure(cfg.dataset, cfg.data_dir)
         except data.DataMissing as e:

@@ -10,7 +10,7 @@ global update of a step that pushed codes and is not a re-sync (cdsgd: every com
 bitsgd: (t - n) % R != 0), per bucket (its parameters' pieces back to back, as the engine lays
 them out): e = W(t+1) - V; per piece p, s_p = 1.75 times the RMS of e over it
 (codec.pull_scales: the one operation shared with the code under test, since a float64 sum's
-last bits depend on its order; tests/test_codec.py checks it against an exact sum); codes of
+last bits depend on its order; tests/codec/test_codec.py checks it against an exact sum); codes of
 e / s_p by the threshold rule at 1/2 (float32 division); V += code * s_p. Every other step: V = W(t+1). The worker's weights then come from V where they came
 from W.
 """

@@ -30,7 +30,7 @@ def test_importing_the_package_registers_the_kvstore(tmp_path):
         if sep:
             imports.setdefault(node, []).append(rest.rsplit("|", 1)[-1].strip())
     assert "mxnet" in imports["worker 0"] and "mxnet" in imports["server 0"], sorted(imports)
-    assert "cdsgd_mx.heartbeat" in imports["scheduler"], imports["scheduler"][-20:]
+    assert "cdsgd_mx.cluster.heartbeat" in imports["scheduler"], imports["scheduler"][-20:]
     assert not [m for m in imports["scheduler"] if m == "mxnet" or m.startswith("mxnet.")], "the scheduler imported MXNet"
 
 
@@ -61,7 +61,7 @@ def test_the_launcher_starts_without_importing_mxnet():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "cdsgd_mx.watchdog" in imported, proc.stderr[-2000:]  # the launcher's own modules are listed
+    assert "cdsgd_mx.cluster.watchdog" in imported, proc.stderr[-2000:]  # the launcher's own modules are listed
     assert not [m for m in imported if m == "mxnet" or m.startswith("mxnet.")], "the launcher imported MXNet"
 
 

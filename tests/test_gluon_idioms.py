@@ -113,7 +113,7 @@ def test_a_late_change_a_stateful_local_optimizer_cannot_follow_stops_naming_the
         tr.step(1)
     plist[2].lr_mult = 0.5
     backward(plist, 3)
-    with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^parameter p2: lr_mult/wd_mult changed at step 3, but "
+    with pytest.raises(cdsgd_mx.worker.kvstore.ConfigError, match=r"^parameter p2: lr_mult/wd_mult changed at step 3, but "
                                                            r"the local optimizer 'sgd' keeps state"):
         tr.step(1)
 
@@ -152,7 +152,7 @@ def test_allreduce_grads_without_update_on_kvstore_false_says_what_to_pass():
     tr = our_trainer(params)
     backward(plist, 0)
     for call in (tr.allreduce_grads, lambda: tr.update(1)):
-        with pytest.raises(cdsgd_mx.kvstore.ConfigError) as e:
+        with pytest.raises(cdsgd_mx.worker.kvstore.ConfigError) as e:
             call()
         assert str(e.value).startswith("allreduce_grads() then update() needs update_on_kvstore=False (the workers "
                                        "update; algorithm 'ssgd' or 'bitsgd')")
@@ -227,7 +227,7 @@ def test_a_skip_a_stateful_local_optimizer_cannot_follow_stops_naming_the_parame
         backward(plist, t)
         tr.step(1, ignore_stale_grad=True)
     backward(plist, 3, used=[0, 1, 3])
-    with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^parameter p2: no worker has a fresh gradient at step 3 "
+    with pytest.raises(cdsgd_mx.worker.kvstore.ConfigError, match=r"^parameter p2: no worker has a fresh gradient at step 3 "
                                                            r"\(ignore_stale_grad=True\), and the local optimizer 'sgd'"):
         tr.step(1, ignore_stale_grad=True)
 
@@ -274,7 +274,7 @@ def test_workers_updating_refuse_checkpoints_in_one_line(tmp_path):
     tr = our_trainer(params, "ssgd", update_on_kvstore=False)
     backward(plist, 0)
     tr.step(1)
-    with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^save_states/load_states with update_on_kvstore=False"):
+    with pytest.raises(cdsgd_mx.worker.kvstore.ConfigError, match=r"^save_states/load_states with update_on_kvstore=False"):
         tr.save_states(str(tmp_path / "c.states"))
     assert not list(tmp_path.iterdir())
 
@@ -291,7 +291,7 @@ def test_setting_the_optimizers_other_settings_mid_training_stops_in_one_line():
     tr.step(1)
     tr.optimizer.wd = 0.0
     backward(plist, 2)
-    with pytest.raises(cdsgd_mx.kvstore.ConfigError, match=r"^the optimizer's wd changed during training "
+    with pytest.raises(cdsgd_mx.worker.kvstore.ConfigError, match=r"^the optimizer's wd changed during training "
                                                            r"\(0\.01 -> 0\.0\): the servers' optimizer is set"):
         tr.step(1)
 
@@ -305,7 +305,7 @@ def test_amp_loss_scaling_is_refused_in_one_line():
             "amp.init()\nparams = mx.gluon.ParameterDict(); params.get('w', shape=(3,)); params.initialize()\n"
             "tr = cdsgd_mx.Trainer(params, 'sgd', {'learning_rate': 0.1}, kvstore='local')\n"
             "amp.init_trainer(tr)\nmark_fresh(tr)\n"
-            "try:\n    tr.step(1)\nexcept cdsgd_mx.kvstore.ConfigError as e:\n    print('REFUSED', e)\n")
+            "try:\n    tr.step(1)\nexcept cdsgd_mx.worker.kvstore.ConfigError as e:\n    print('REFUSED', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "REFUSED AMP's dynamic loss scaling (amp.init_trainer) is not supported" in proc.stdout, \
         proc.stdout + proc.stderr[-2000:]

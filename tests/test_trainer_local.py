@@ -12,7 +12,7 @@ from simulate import simulate  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
 import cdsgd_mx  # noqa: E402
-from cdsgd_mx.kvstore import ConfigError  # noqa: E402
+from cdsgd_mx.worker.kvstore import ConfigError  # noqa: E402
 from cdsgd_mx.bench import mark_fresh  # noqa: E402
 
 

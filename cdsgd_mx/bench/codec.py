@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from .. import codec
+from cdsgd_mx import codec
 
 BYTES_PER_VALUE = {
     "copy": 8.0,
@@ -176,7 +176,7 @@ def main(argv=None):
     except ValueError:
         ap.exit(2, "error: --sizes and --threads take comma-separated positive numbers, e.g. --sizes 1e6,1e7 --threads 1,2\n")
     if args.device == "cuda":
-        from . import gpu
+        from cdsgd_mx.bench import gpu
         arrays, why = (None, "cdsgd_mx was built without CUDA or sees no GPU") \
             if codec.cuda_device_count() == 0 else gpu.backend()
         if arrays is None:

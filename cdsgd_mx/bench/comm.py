@@ -53,8 +53,8 @@ import subprocess
 import sys
 import time
 
-from ..launch import RATE_RE, netns_prelude, netns_unavailable
-from . import mark_fresh
+from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable
+from cdsgd_mx.bench import mark_fresh
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
 EXTRA_SYSTEMS = ["paired", "paired_pull"]   # asked for by name; printed under the table
@@ -80,7 +80,7 @@ def rate_bits(link):
 def build_model(name):
     """The model, initialized, with every deferred shape known."""
     import mxnet as mx
-    from .. import models
+    from cdsgd_mx.experiments import models
     shape = models.INPUT_SHAPES[name]
     net = models.build(name, 1000 if shape[-1] == 224 else 10)
     net.initialize(mx.init.Xavier())
@@ -102,7 +102,7 @@ def model_info(name):
 # -- worker: one job's rounds ---------------------------------------------------------------
 def worker(args):
     if args.system in OUR_JOBS:
-        from cdsgd_mx.server import serve_if_not_worker
+        from cdsgd_mx.server.node import serve_if_not_worker
         serve_if_not_worker()
     import mxnet as mx
     import numpy as np
@@ -140,7 +140,7 @@ def worker(args):
             trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync",
                                        algorithm=algorithm, warmup_steps=0, k=5, **extra)
             if args.system in PAIRED:
-                from cdsgd_mx.schedule import InterleavedSchedule
+                from cdsgd_mx.worker.schedule import InterleavedSchedule
                 trainer.kvstore.schedule = InterleavedSchedule(k=5)
         for p, g in zip(params, grads):
             p.grad()[:] = g  # once: a step leaves the gradients as they are
@@ -306,8 +306,9 @@ def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
     The servers' part is measured inside the jobs themselves (CDSGD_PROOF_STATS)."""
     import mxnet as mx
     import numpy as np
-    from .. import auth, buckets as bucketing, protocol
-    from ..proofs import WorkerProofs
+    from cdsgd_mx.wire import auth, protocol
+    from cdsgd_mx.worker import buckets as bucketing
+    from cdsgd_mx.wire.proofs import WorkerProofs
     sizes = [int(p.data().size) for p in build_model(model).collect_params().values() if p.grad_req != "null"]
     plan = bucketing.plan(list(enumerate(sizes)), bucket_size or bucketing.DEFAULT_BUCKET_SIZE, workers, servers,
                           protocol.Keys(servers), bound=protocol.DEFAULT_BIGARRAY_BOUND)
@@ -347,8 +348,9 @@ def server_proof_cost(model, workers, bucket_size=None, repeats=100):
     itself, without the waits for a core that the jobs above include on a small machine."""
     import mxnet as mx
     import numpy as np
-    from .. import auth, buckets as bucketing, protocol
-    from ..proofs import ServerProofs
+    from cdsgd_mx.wire import auth, protocol
+    from cdsgd_mx.worker import buckets as bucketing
+    from cdsgd_mx.wire.proofs import ServerProofs
     sizes = [int(p.data().size) for p in build_model(model).collect_params().values() if p.grad_req != "null"]
     plan = bucketing.plan(list(enumerate(sizes)), bucket_size or bucketing.DEFAULT_BUCKET_SIZE, workers, 1,
                           protocol.Keys(1), bound=protocol.DEFAULT_BIGARRAY_BOUND)
@@ -521,7 +523,7 @@ def main(argv=None):
         sys.stderr.write("bench.comm: %s\n" % msg)
         sys.exit(2)
 
-    from ..models import INPUT_SHAPES
+    from cdsgd_mx.experiments.models import INPUT_SHAPES
     for opt, allowed in (("models", list(INPUT_SHAPES)), ("systems", SYSTEMS + EXTRA_SYSTEMS)):
         values = [v for v in getattr(args, opt).split(",") if v]
         bad = [v for v in values if v not in allowed]

@@ -5,7 +5,7 @@
 For one bucket of --values values (default: ResNet-50's 25.6 M) whose gradient lives on GPU 0:
 - host path: the fp32 gradient to page-locked host memory, then the CPU quantizer (with each
   of --threads threads): what a worker does when only the host compresses;
-- device part (cdsgd_mx.device.DeviceBucket.compress): quantize + residual on the GPU, the
+- device part (cdsgd_mx.worker.device.DeviceBucket.compress): quantize + residual on the GPU, the
   codes (0.25 B/value) to page-locked host memory;
 - codec alone: the same two native calls made directly, with the arrays' DLPack views made
   beforehand (what integration adds is the difference);
@@ -23,9 +23,9 @@ import time
 
 import numpy as np
 
-from .. import codec
-from ..device import DeviceBucket
-from . import gpu
+from cdsgd_mx import codec
+from cdsgd_mx.worker.device import DeviceBucket
+from cdsgd_mx.bench import gpu
 
 T = 0.5
 

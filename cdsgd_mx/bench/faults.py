@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from . import mark_fresh
+from cdsgd_mx.bench import mark_fresh
 
 FAULT_STEP = 40
 STEPS = 200

@@ -15,7 +15,7 @@ communication per step is ((k-1)(psi+delta) + phi)/k (eq. 6 averaged over k step
 summary checks the issue's goal: CD-SGD within 15% of max(compute, comm) and faster
 than BIT-SGD and S-SGD.
 
---interleaved: all of it in one job instead (cdsgd_mx.schedule.InterleavedSchedule): separate
+--interleaved: all of it in one job instead (cdsgd_mx.worker.schedule.InterleavedSchedule): separate
 jobs on a machine whose cores the workers share differ in compute from job to job by more
 than what the algorithms differ by at fast links; in one job every algorithm runs on the
 same processes.
@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 import time
-from . import mark_fresh
+from cdsgd_mx.bench import mark_fresh
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
 BOTH_WAYS = ["bitsgd_2bit", "cdsgd_2bit"]  # --interleaved only: with 2-bit pulls (pull_compression='2bit')
@@ -49,7 +49,7 @@ def mlp(params, in_units=512):
 
 
 def worker(args):
-    from cdsgd_mx.server import serve_if_not_worker
+    from cdsgd_mx.server.node import serve_if_not_worker
     serve_if_not_worker()
     import mxnet as mx
     import numpy as np
@@ -60,7 +60,7 @@ def worker(args):
         net, in_units = mlp(args.params)
         shape, classes = (in_units,), 10
     else:
-        from .. import models
+        from cdsgd_mx.experiments import models
         shape = models.INPUT_SHAPES[args.model]
         classes = 1000 if shape[-1] == 224 else 10
         net = models.build(args.model, classes)
@@ -135,7 +135,7 @@ def interleaved(args, net, trainer, fwd_bwd):
     """Worker of --interleaved: cycles of tau, the rounds alone, and the four algorithms."""
     import mxnet as mx
     import numpy as np
-    from ..schedule import InterleavedSchedule
+    from cdsgd_mx.worker.schedule import InterleavedSchedule
     kv = trainer.kvstore
     schedule = kv.schedule = InterleavedSchedule(args.k)
     trained = [p for p in net.collect_params().values() if p.grad_req != "null"]
@@ -285,7 +285,7 @@ def leader(args):
         next(iter(results.values()))["params"], args.batch, args.k))
     print("communication per step, measured alone: fp32 round (phi) %.1f ms, 2-bit round (psi + delta) %.1f ms;"
           " CD-SGD mean ((k-1)(psi+delta) + phi)/k = %.1f ms" % (phi, psi, comm_cd))
-    from .. import timemodel
+    from cdsgd_mx.experiments import timemodel
     tau = sum(r["compute_ms"] for r in results.values()) / len(results)
     if psi_pull is not None:
         print("2-bit round with a 2-bit pull (psi_pull + delta) %.1f ms" % psi_pull)
@@ -325,7 +325,7 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--params", type=float, default=2e6, help="weights of the MLP (--model mlp)")
-    ap.add_argument("--model", default="mlp", help="mlp (default) or a model of cdsgd_mx.models")
+    ap.add_argument("--model", default="mlp", help="mlp (default) or a model of cdsgd_mx.experiments.models")
     ap.add_argument("--iterations", type=int, default=60)
     ap.add_argument("--compute-iterations", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64)
@@ -341,7 +341,7 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     args.params = int(args.params)
-    from .. import models
+    from cdsgd_mx.experiments import models
     if args.model != "mlp" and args.model not in models.INPUT_SHAPES:
         ap.error("--model must be mlp or one of %s, got %r" % (", ".join(models.INPUT_SHAPES), args.model))
     bad = [a for a in args.algorithms.split(",") if a not in ALGORITHMS + (BOTH_WAYS if args.interleaved else [])]

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from cdsgd_mx.server import serve_if_not_worker
+from cdsgd_mx.server.node import serve_if_not_worker
 
 serve_if_not_worker()  # with MXNet's tools/launch.py every role runs this script
 
@@ -23,8 +23,8 @@ import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
 import cdsgd_mx  # noqa: E402
-from cdsgd_mx.data import DataMissing, ensure, load_mnist, shard  # noqa: E402
-from cdsgd_mx.models import lenet5  # noqa: E402
+from cdsgd_mx.experiments.data import DataMissing, ensure, load_mnist, shard  # noqa: E402
+from cdsgd_mx.experiments.models import lenet5  # noqa: E402
 
 
 def evaluate(net, x, y, batch=1000):

@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import List, Optional, Union
 
-from ..schedule import ALGORITHMS
+from cdsgd_mx.worker.schedule import ALGORITHMS
 
 MODELS = ("lenet5", "resnet20", "inception_bn", "alexnet", "vgg16", "resnet50")
 DATASETS = ("mnist", "fashion_mnist", "cifar10", "imagenet", "synthetic")
@@ -35,10 +35,10 @@ class Config:
     lr_factor: float = 0.1
     momentum: float = 0.0
     wd: float = 0.0
-    k: Union[int, str] = 5          # or 'auto' (cdsgd_mx.timemodel.choose_k)
+    k: Union[int, str] = 5          # or 'auto' (cdsgd_mx.experiments.timemodel.choose_k)
     warmup_steps: int = 100
     threshold: float = 0.5
-    pull_compression: str = "none"  # '2bit': 2 bits both ways (bitsgd, cdsgd; cdsgd_mx.pull_compression)
+    pull_compression: str = "none"  # '2bit': 2 bits both ways (bitsgd, cdsgd; cdsgd_mx.wire.pull_compression)
     resync_every: int = 10          # bitsgd with 2-bit pulls: an exact fp32 pull every this many steps
     epochs: Optional[int] = None
     iterations: Optional[int] = None

@@ -198,7 +198,7 @@ def pause(go, rank):
     readable by its owner only), then wait until the file GO exists. A restarted job (--max-restarts)
     finds GO there and goes on."""
     import time
-    from cdsgd_mx import auth
+    from cdsgd_mx.wire import auth
     if os.path.exists(go):
         return
     fd = os.open("%s.paused%d" % (go, rank), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -1,0 +1,220 @@
+"""A node's heartbeat to the launcher's watchdog (cdsgd_mx.cluster.watchdog).
+
+Once a second each node of a job started by cdsgd_mx.launch sends one UDP datagram to the
+launcher: who it is, its phase (start, train, exit), how many steps it has begun and, when one
+of its threads is blocked on the network, on what and for how long. The launcher learns from
+the silence of a node that it is stopped or hung (a stopped process sends nothing; ps-lite's own
+heartbeats only feed a scheduler query that MXNet never makes), and from the waits which round
+is held up. Datagrams carry a MAC with the job's secret (auth.py): nothing else is believed.
+
+No beats are sent without CDSGD_MONITOR (host:port, set by the launcher): under another
+launcher (MXNet's tools/launch.py, srun) there is no one to send them to.
+
+Each node also watches itself, under any launcher (issue 30): a thread that has waited on the
+network (a round, a barrier, an acknowledgement) for longer than CDSGD_STALL_TIMEOUT seconds
+(default 600; CDSGD_START_TIMEOUT, default 1800, while the node starts; 0: never) makes the
+node print one line naming what it waited for and exit with EXIT_STALL, so whatever started it
+sees a failed task. Only waits count: a slow but live step (compute, evaluation) never trips
+it. cdsgd_mx.launch gives its nodes timeouts a minute longer than its own, so that its richer,
+job-wide verdict comes first and the two never fight.
+"""
+import atexit
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+from cdsgd_mx.wire import auth
+
+MONITOR = "CDSGD_MONITOR"
+INTERVAL = 1.0  # seconds between beats
+STALL_TIMEOUT, START_TIMEOUT = "CDSGD_STALL_TIMEOUT", "CDSGD_START_TIMEOUT"
+DEFAULT_TIMEOUTS = {STALL_TIMEOUT: 600.0, START_TIMEOUT: 1800.0}
+EXIT_STALL = 75  # EX_TEMPFAIL, as cdsgd_mx.launch ends a stalled job: a restart may get past it
+
+
+class _Node:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.phase = "start"
+        self.step = 0          # steps begun (pushpull calls)
+        self.rank = None       # MXNet's rank, once known
+        self.resumed = None    # the step a checkpoint restored (a restarted job says where it resumed)
+        self.waits = {}        # thread ident -> (what, since)
+        self.seq = 0           # beats sent: the launcher ignores one that arrives after a newer one
+        self.thread = None
+        self.send = None       # sends one beat now
+        self.watcher = None    # the self-watch thread
+        self.limits = (0.0, 0.0)  # its (stall, start) timeouts, once started
+
+
+_node = _Node()
+
+
+def node_label():
+    """The launcher's name of this process: 'scheduler', 'server 0', 'worker 1' (launch index;
+    just the role under another launcher)."""
+    role, index = os.environ.get("DMLC_ROLE", "?"), os.environ.get("CDSGD_LAUNCH_INDEX")
+    return role if role == "scheduler" or index is None else "%s %s" % (role, index)
+
+
+def start():
+    """Start the self-watch, and beating (once per process; no beats without CDSGD_MONITOR or a
+    job secret)."""
+    watch_self()
+    where = os.environ.get(MONITOR)
+    if not where or _node.thread is not None:
+        return
+    host, _, port = where.rpartition(":")
+    try:
+        secret = auth.job_secret()
+    except auth.SecretError:
+        return  # the node itself reports a missing secret; beats would not be believed anyway
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def send():
+        try:
+            sock.sendto(encode(secret, report()), (host, int(port)))
+        except OSError:
+            pass  # the launcher is gone or the network refuses: the job ends another way
+
+    _node.send = send
+    _node.thread = threading.Thread(target=_beat, name="cdsgd-heartbeat", daemon=True)
+    _node.thread.start()
+    atexit.register(set_phase, "exit")  # runs before MXNet's own exit work (atexit is LIFO)
+
+
+def timeouts(environ=None):
+    """(stall, start) timeouts in seconds from the environment; 0 means never. A value that is
+    not a number >= 0 stops the node in one line (a typo must not turn the watch off)."""
+    environ = os.environ if environ is None else environ
+    values = []
+    for name in (STALL_TIMEOUT, START_TIMEOUT):
+        text = environ.get(name, "").strip()
+        try:
+            value = float(text) if text else DEFAULT_TIMEOUTS[name]
+            if not value >= 0 or value == float("inf"):
+                raise ValueError
+        except ValueError:
+            sys.exit("cdsgd_mx %s: %s must be a number of seconds >= 0 (0: never), got %r" % (node_label(), name, text))
+        values.append(value)
+    return values[0], max(values[1], values[0]) if values[0] else values[1]
+
+
+def _oldest_wait():
+    """(what, since) of this node's longest current wait, or None."""
+    with _node.lock:
+        waits = list(_node.waits.values())
+    return min(waits, key=lambda w: w[1]) if waits else None
+
+
+def stalled_wait(now=None, limits=None):
+    """The wait that has outlived its timeout, as (what, seconds waited, the variable, its
+    limit), or None. limits: (stall, start) timeouts, by default the self-watch's."""
+    oldest = _oldest_wait()
+    if oldest is None:
+        return None
+    what, since = oldest
+    stall, start_limit = _node.limits if limits is None else limits
+    name, limit = (START_TIMEOUT, start_limit) if _node.phase == "start" else (STALL_TIMEOUT, stall)
+    waited = (time.monotonic() if now is None else now) - since
+    return (what, waited, name, limit) if limit and waited > limit else None
+
+
+def watch_self():
+    """Start this process's self-watch (once): check the waits every second; end the node, in
+    one line, on a wait past its timeout."""
+    if _node.watcher is not None:
+        return
+    _node.limits = timeouts()
+    if not any(_node.limits):
+        return
+
+    def watch():
+        while True:
+            time.sleep(INTERVAL)
+            over = stalled_wait()
+            if over:
+                what, waited, name, limit = over
+                sys.stderr.write("cdsgd_mx %s%s: stalled: waited %.0f s for %s (%s=%g s); exiting\n" % (
+                    node_label(), "" if _node.rank is None else " (rank %d)" % _node.rank, waited, what, name, limit))
+                sys.stderr.flush()
+                sys.stdout.flush()
+                os._exit(EXIT_STALL)  # no cleanup: it could block on the very network it waited for
+
+    _node.watcher = threading.Thread(target=watch, name="cdsgd-self-watch", daemon=True)
+    _node.watcher.start()
+
+
+def set_phase(phase):
+    """A new phase is sent at once: the last beat of a worker that exits must carry its final
+    step count (the watchdog compares it with the others')."""
+    if _node.phase != phase:
+        _node.phase = phase
+        if _node.send is not None:
+            _node.send()
+
+
+def set_step(step, rank=None):
+    _node.step = step
+    if rank is not None:
+        _node.rank = rank
+
+
+def set_resumed(step):
+    _node.resumed = step
+    _node.step = step
+
+
+@contextmanager
+def waiting(what):
+    """Mark this thread as blocked on the network for `what` (e.g. 'step 12, bucket 3')."""
+    me = threading.get_ident()
+    with _node.lock:
+        _node.waits[me] = (what, time.monotonic())
+    try:
+        yield
+    finally:
+        with _node.lock:
+            _node.waits.pop(me, None)
+
+
+def report():
+    """This node's state as sent: the longest current wait, with its age in seconds."""
+    oldest = _oldest_wait()
+    with _node.lock:
+        _node.seq += 1
+        seq = _node.seq
+    msg = {"node": node_label(), "host": socket.gethostname(), "pid": os.getpid(), "seq": seq,
+           "phase": _node.phase, "step": _node.step, "rank": _node.rank, "resumed": _node.resumed,
+           "wait": None, "waited": 0.0}
+    if oldest is not None:
+        what, since = oldest
+        msg["wait"], msg["waited"] = what, round(time.monotonic() - since, 3)
+    return msg
+
+
+def encode(secret, msg):
+    text = json.dumps(msg, sort_keys=True)
+    return ("%s:%s" % (auth.mac(secret, "beat", text), text)).encode()
+
+
+def decode(secret, packet):
+    """The report in a datagram, or None if it does not carry the job's MAC."""
+    try:
+        given, sep, text = packet.decode("ascii").partition(":")
+        if sep and auth.verify(secret, given, "beat", text):
+            msg = json.loads(text)
+            return msg if isinstance(msg, dict) and isinstance(msg.get("node"), str) else None
+    except (UnicodeDecodeError, ValueError):
+        pass
+    return None
+
+
+def _beat():
+    while True:
+        _node.send()
+        time.sleep(INTERVAL)

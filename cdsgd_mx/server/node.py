@@ -1,0 +1,427 @@
+"""A server node: commands, each key's round routed to its job, never a silent failure. The
+global update (decoding, the optimizer) is server_update.py's, the proofs' server side
+proofs.py's; the whole path is drawn in docs/design.md.
+
+API: run_node(), run_scheduler(), serve_if_not_worker(); ServerState(rank, secret), MXNet's
+updater signature (key, grad, weight) plus receive(cmd_id, body) for the controller.
+
+Run as `python -m cdsgd_mx.server` with DMLC_ROLE=server (or scheduler): the launcher does this.
+The entry imports MXNet as a worker would (so MXNet's own server loop does not start on import),
+then runs the server loop itself with two changes to stock behaviour:
+
+- The updater is a ServerState: every weight key is updated by the global optimizer the workers
+  sent (an "optimizer" command: plain data, optimizer_spec.py), with one optimizer state per
+  weight key whichever path the gradient took. A payload key carries 2-bit codes (ternary16
+  rows, one per worker); its update decodes each row, sums them and applies the global
+  optimizer to the paired weight.
+- Any exception in an update or an authenticated command is printed with its traceback and ends
+  the server process (exit code 70), so the launcher sees it and brings the job down, instead
+  of MXNet's silent swallow and a hung job.
+- Nothing that arrives from the network is unpickled, and a command acts only if it carries
+  the job's MAC (auth.py) and a sequence number above the last one seen: anything else is
+  dropped, counted and logged ("dropped message N"), and the server goes on.
+- Each server draws a nonce at its start and hands it out in its handshake answer; its commands
+  and push proofs are keyed by the session key auth.session_key(secret, nonce), so what was
+  recorded in another job with the same secret does not check here.
+
+Worker rank 0 first sends START_MESSAGE (no action: MXNet creates its server object only when
+its loop runs, so the controller installs the updater, which answers the handshake, at the
+first message). Commands (sent by worker rank 0 as MXNet controller commands, id 0):
+  "cdsgd:" + MAC_0 + "," + ... + MAC_{S-1} + ":" + JSON, JSON = {"seq": n, "op": ...},
+  MAC_s = auth.mac(server s's session key, "command", JSON): server s checks the one at its rank
+  {"op": "optimizer", "spec": {...}}  the global optimizer (optimizer_spec.describe)
+  {"op": "register", "weights": [wk...], "slots": {wk: [[state id, begin, end], ...]},
+   "payloads": {pk: [wk, n, threshold]}}
+      a bucket's parameters (slots) inside its weight key, each with its own optimizer state
+      and index; the next update of each listed weight key only records the weight
+      (registration round)
+  {"op": "set_lr", "lr": float}   the global optimizer's learning rate from now on
+  {"op": "assign", "keys": [k...]} the next update of each key stores the workers' sum
+  {"op": "tally", "keys": [k...]}  every update of each key stores the workers' sum (votes)
+  {"op": "save" | "load", "path": p, "id": i}  the optimizer and its states, to/from the
+      checkpoint file p.<i>.server<rank> (checkpoint.py); the result (never an exit: the workers
+      stop the job) goes into this server's row of the report keys
+  {"op": "prune", "path": p, "keep": i | "only": i}  delete this server's files of checkpoint p
+      of every other save (keep) or of that save (only: a failed one)
+  {"op": "report", "keys": [k...]}  tally keys whose every update also carries, after the
+      workers' rows, this server's result of the last save or load
+Handshake keys (protocol.handshake_keys, no command needed): each worker pushes its MAC tag in
+its own row (keyed by the secret itself); the update answers, per row, whether the tag checks,
+a mark only this server writes and this server's nonce (handshake_answer).
+Every other push ends with a proof region (protocol.py, docs/design.md "Authenticated pushes"):
+a round acts only when every worker's tag checks for the bucket's round count, and the new
+count is written after the data for the workers to check (proofs.ServerProofs).
+"""
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+
+from cdsgd_mx.wire import auth, proofs, protocol
+from cdsgd_mx import codec
+from cdsgd_mx.cluster import heartbeat
+from cdsgd_mx.mxnet_import import import_mxnet
+from cdsgd_mx.wire.pull_compression import ServerCopies
+from cdsgd_mx.server.global_update import GlobalUpdate
+
+COMMAND_PREFIX = "cdsgd:"
+START_MESSAGE = "cdsgd-start"  # rank 0's first message: it only makes MXNet call the controller
+CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
+EXIT_SERVER_ERROR = 70
+
+
+def die(context):
+    """Print the current exception and end this process at once (no Python cleanup that could
+    block in ps-lite)."""
+    sys.stderr.write("cdsgd_mx server error in %s:\n%s" % (context, traceback.format_exc()))
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(EXIT_SERVER_ERROR)
+
+
+class ServerState:
+    """One server's side of the job (or in process for kvstore='local'): commands, the routing
+    of each key's round, its proofs (proofs.py), the global update (server_update.py) and the
+    server's checkpoint file."""
+
+    def __init__(self, rank=0, secret=None):
+        self.rank = rank
+        self.secret = secret      # the job's secret (bytes): handshake tags are checked with it
+        # a new nonce per server start: its session key checks everything after the handshake,
+        # so messages recorded in another job with the same secret are refused here
+        self.nonce = auth.new_nonce()
+        self.session = auth.session_key(secret, self.nonce) if secret is not None else None
+        self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))  # MACs a command carries
+        self.last_seq = -1        # the highest command sequence number acted on (replays are dropped)
+        self.dropped = 0          # messages dropped: not from the job (no or a wrong MAC, a replay)
+        self.num_workers = int(os.environ.get("DMLC_NUM_WORKER", "1"))
+        # the proof after every pushed array, and the round counts (proofs.py); none in process
+        self.proofs = proofs.ServerProofs(self.session, self.num_workers, self.drop)
+        self.region = self.proofs.region
+        self.update = GlobalUpdate()  # the global optimizer and its states (server_update.py)
+        self.copies = ServerCopies()  # 2-bit pulls: V per bucket and its down payload (pull_compression.py)
+        self.downs = {}           # down key -> (weight key, n): registered with 2-bit pulls
+        self.to_assign = set()    # weight keys whose next update sets the weight to the sum
+        self.tallies = set()      # keys whose every update stores the sum (per-step votes)
+        self.weights = {}         # weight key -> the server's stored weight (shared memory)
+        self.payloads = {}        # payload key -> (weight key, n, threshold)
+        self.to_register = set()  # weight keys whose next update only records the weight
+        self.reports = set()      # tally keys that carry checkpoint_result after the workers' rows
+        self.checkpoint_result = (0, 0)  # (checkpoint code, errno) of the last save or load
+        self.checkpoint_error = None     # its one-line message (the workers of kvstore='local' show it)
+        # tests: each round's V (2-bit pulls) as "weight key, round, crc32" lines in this file
+        self.copy_log = os.environ.get("CDSGD_COPY_LOG")
+
+    # -- the global update (server_update.py) ----------------------------------------------
+    @property
+    def optimizer(self):
+        return self.update.optimizer
+
+    @property
+    def updater(self):
+        return self.update.updater
+
+    def set_optimizer(self, optimizer):
+        self.update.set_optimizer(optimizer)
+
+    def command(self, msg):
+        """An authenticated command (a dict, or its JSON text)."""
+        if isinstance(msg, str):
+            msg = json.loads(msg)
+        if msg["op"] == "optimizer":
+            from cdsgd_mx.wire import optimizer_spec
+            self.update.set_optimizer(optimizer_spec.build(msg["spec"]))
+        elif msg["op"] == "register":
+            for pk, (wk, n, threshold) in msg["payloads"].items():
+                self.payloads[int(pk)] = (int(wk), int(n), float(threshold))
+            for dk, (wk, n) in msg.get("downs", {}).items():
+                self.downs[int(dk)] = (int(wk), int(n))
+            for wk, slots in msg.get("slots", {}).items():
+                self.update.register(int(wk), slots)
+            self.to_register.update(int(k) for k in msg["weights"])
+            self.update.summing.update(int(k) for k in msg.get("sum", []))
+        elif msg["op"] == "multipliers":  # changed during training: from the next update on
+            self.update.set_multipliers(msg["slots"])
+        elif msg["op"] == "skip":  # the next update of these parameters is skipped (gluon's stale rule)
+            self.update.skip_next(msg["ids"])
+        elif msg["op"] == "set_lr":
+            self.update.optimizer.set_learning_rate(float(msg["lr"]))
+        elif msg["op"] in ("save", "load"):
+            self.checkpoint(msg["op"], msg["path"], msg["id"])
+        elif msg["op"] == "prune":
+            from cdsgd_mx.wire import checkpoint
+            checkpoint.remove_stale(msg["path"], "server%d" % self.rank, keep=msg.get("keep"), only=msg.get("only"))
+        elif msg["op"] == "tally":
+            self.tallies.update(int(k) for k in msg["keys"])
+        elif msg["op"] == "report":
+            self.tallies.update(int(k) for k in msg["keys"])
+            self.reports.update(int(k) for k in msg["keys"])
+        elif msg["op"] == "assign":
+            self.to_assign.update(int(k) for k in msg["keys"])
+        else:
+            raise ValueError("unknown cdsgd command %r" % (msg["op"],))
+
+    # -- updates --------------------------------------------------------------------------
+    def __call__(self, key, grad, weight):
+        """MXNet's updater signature: (key, merged gradient, stored value)."""
+        key = int(key)
+        # MXNet merges the workers' pushes into `grad` asynchronously, reading buffers it frees
+        # once this handler returns; an update that never reads `grad` (a registration round)
+        # would otherwise let that merge run on freed memory (seen: a server segfault in Plus).
+        grad.wait_to_read()
+        if key >= protocol.HANDSHAKE_BASE:  # proof that this server is ours and holds the job's secret
+            rows = grad.asnumpy().reshape(-1, auth.TAG_FLOATS)  # the server's arrays are flat
+            weight[:] = self.handshake_answer(key, rows).reshape(weight.shape)
+            weight.wait_to_read()
+            return
+        if key in self.payloads:
+            self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
+            return
+        n = weight.size - self.region
+        if self.region:
+            announced = key in self.update.slots or key in self.tallies or key in self.to_assign or \
+                key in self.to_register
+            if not self.proofs.proven(key, grad, n, announced):
+                return  # dropped: weights and counts unchanged, so the workers send it again (backends.applied)
+            grad, whole, weight = grad[0:n], weight, weight[0:n]
+        if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
+            self.to_assign.discard(key)
+            weight[:] = grad
+            if key in self.reports:  # the last row is this server's
+                code, errno = self.checkpoint_result
+                from mxnet import ndarray as nd
+                weight[n - protocol.REPORT_WIDTH:n] = nd.array([code, errno, 0, 0])  # an engine op, after the sum
+        elif key in self.to_register:
+            self.to_register.discard(key)
+            self.weights[key] = whole if self.region else weight  # registration round: record only
+            if key in self.downs:  # a down key: V starts as its bucket's weights
+                wk, size = self.downs[key]
+                pieces = [(begin, end) for _, begin, end in self.update.slots[wk]]  # its parameters' pieces
+                self.copies.register(key, wk, size, pieces, self.weights[key], self.weights[wk])
+        else:
+            self.update.apply_sum(key, weight, grad)
+            if key in self.copies:  # an fp32 round pulls W: V := W (an exact re-sync)
+                self.copies.resync(key, weight)
+        (whole if self.region else weight).wait_to_read()  # pulls read the store without waiting for the engine
+        if self.region:
+            self.proofs.count_round(key, whole, n, self.copies.count_place(key))
+            self._log_copy(key)
+
+    def handshake_answer(self, key, rows):
+        """rows: [N, TAG_FLOATS], worker r's tag in row r (the others pushed zeros there).
+        Row r of the answer: [1 if r's tag checks with this server's secret else -1, MARK, nonce]."""
+        answer = np.zeros(rows.shape, np.float32)
+        for r in range(rows.shape[0]):
+            ok = self.secret is not None and auth.tag_matches(self.secret, rows[r], "handshake", r, key)
+            answer[r, 0] = 1.0 if ok else -1.0
+            answer[r, 1] = protocol.HANDSHAKE_MARK
+            answer[r, 2:] = self.nonce
+        return answer
+
+    def receive(self, cmd_id, body):
+        """A controller message from the network: act on it only if it is the job's."""
+        try:  # nothing before the MAC check may end the server: anyone can send this
+            text = body.decode("latin1") if isinstance(body, bytes) else str(body)
+            if cmd_id == CONTROLLER_COMMAND_ID and text == START_MESSAGE:
+                return  # nothing to do: the controller has installed the updater (_controller)
+            if cmd_id != CONTROLLER_COMMAND_ID or not text.startswith(COMMAND_PREFIX):
+                return self.drop("not a cdsgd_mx command (id %s, %d bytes)" % (cmd_id, len(text)))
+            given, sep, payload = text[len(COMMAND_PREFIX):].partition(":")
+            macs = given.split(",")  # one per server; this server's is at its rank (set by _controller)
+            proven = sep and len(macs) == self.num_servers and \
+                auth.verify(self.session, macs[self.rank], "command", payload)
+        except Exception as e:
+            return self.drop("a message that is not a command (%s)" % type(e).__name__)
+        if not proven:
+            return self.drop("a command without the job's MAC")
+        msg = json.loads(payload)
+        if not isinstance(msg.get("seq"), int) or msg["seq"] <= self.last_seq:
+            return self.drop("a replayed command (sequence %r, last %d)" % (msg.get("seq"), self.last_seq))
+        self.last_seq = msg["seq"]
+        self.command(msg)
+
+    def drop(self, why):
+        """Count a message that is not the job's; log the first 100, then every 1000th (a flood
+        from outside must not flood the job's output)."""
+        self.dropped += 1
+        if self.dropped <= 100 or self.dropped % 1000 == 0:
+            sys.stderr.write("cdsgd_mx server %d: dropped message %d: %s\n" % (self.rank, self.dropped, why))
+            sys.stderr.flush()
+        return False
+
+    # -- checkpoints: the global optimizer and its state per slot ---------------------------
+    def checkpoint(self, op, fname, sid):
+        """Save or load this server's file of checkpoint set `sid`. A failure is recorded for
+        the workers (checkpoint_result) and logged in one line; the server goes on, so that the
+        workers can remove the failed set's files and stop the job with the error."""
+        from cdsgd_mx.wire import checkpoint
+        path = checkpoint.file_path(fname, sid, "server%d" % self.rank)
+        try:
+            if op == "save":
+                self.save(path, sid)
+            else:
+                self.load(path, sid)
+            self.checkpoint_result, self.checkpoint_error = (checkpoint.OK, 0), None
+        except Exception as e:
+            self.checkpoint_result = checkpoint.result_of(e)
+            self.checkpoint_error = str(e) if isinstance(e, checkpoint.Damaged) else \
+                "could not %s %s: %s" % ("write" if op == "save" else "load", path, checkpoint.oneline(e))
+            sys.stderr.write("cdsgd_mx server %d: checkpoint %s failed: %s\n" % (self.rank, op, self.checkpoint_error))
+            sys.stderr.flush()
+
+    def save(self, path, sid):
+        import pickle
+        from cdsgd_mx.wire import checkpoint
+        checkpoint.write_file(path, sid, pickle.dumps({"optimizer": self.update.optimizer, "states": self.update.states(),
+                                                       "copies": self.copies.values()}))
+
+    def load(self, path, sid):
+        """Everything is read and checked before anything changes: a damaged file leaves the
+        server as it was."""
+        import pickle
+        from cdsgd_mx.wire import checkpoint
+        body = checkpoint.read_file(path, sid)
+        try:
+            saved = pickle.loads(body)
+            optimizer, states = saved["optimizer"], GlobalUpdate.read_states(saved["states"])
+            copies = {int(wk): np.asarray(v, np.float32) for wk, v in saved.get("copies", {}).items()}
+        except Exception as e:
+            raise checkpoint.Damaged("checkpoint file %s is missing, corrupted or truncated: %s"
+                                     % (path, checkpoint.oneline(e))) from None
+        self.update.restore(optimizer, states)
+        self.copies.restore(copies)
+
+    def apply_payload(self, pk, rows, row_ids):
+        """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""
+        wk, n, threshold = self.payloads[pk]
+        wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
+        pull = wk in self.copies  # (2-bit pulls: the rows carry a pull flag after the codes)
+        if self.region and not self.proofs.proven_rows(pk, wk, n, wire, row_ids, int(pull)):  # first: anyone can push
+            return
+        if wk not in self.weights:
+            raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
+        weight = self.weights[wk]
+        words = codec.packed_size(n)
+        width = words + pull + (auth.TAG_FLOATS if self.region else 0)  # the codes, (the pull flag,) then the tag
+        if wire.shape[1] != width:
+            raise ValueError("payload key %d: rows of %d words, expected %d" % (pk, wire.shape[1], width))
+        if pull:
+            flags = set(wire[:, words].tolist())
+            if len(flags) != 1:
+                raise ValueError("payload key %d: the workers ask for different pulls in one round (flags %s)"
+                                 % (pk, sorted(flags)))
+        self.update.apply_codes(pk, wk, weight, wire, n, threshold)
+        if pull:  # the codes of W(t+1) - V for the workers' pull, or V := W
+            self.copies.after_update(wk, weight, flags.pop())
+        if self.region:
+            self.proofs.count_round(wk, weight, n, self.copies.count_place(wk))
+            self._log_copy(wk)
+
+    def _log_copy(self, wk):
+        if self.copy_log and wk in self.copies:
+            import zlib
+            with open("%s.server%d" % (self.copy_log, self.rank), "a") as f:
+                f.write("%d %d %d\n" % (wk, self.proofs.rounds[wk], zlib.crc32(self.copies.v[wk].tobytes())))
+
+
+def _controller(state, kv):
+    installed = []
+
+    def controller(cmd_id, cmd_body, _):
+        try:
+            if not installed:  # MXNet's server object exists only once its loop runs
+                kv._set_updater(_updater(state))
+                state.rank = kv.rank  # before receive: it picks this server's MAC of a command by it
+                installed.append(True)
+            state.receive(cmd_id, cmd_body)
+        except BaseException:
+            die("command %d" % cmd_id)
+    return controller
+
+
+def _updater(state):
+    def updater(key, grad, weight):
+        try:
+            state(key, grad, weight)
+        except BaseException:
+            die("update of key %s" % key)
+    return updater
+
+
+def run_node():
+    """Scheduler or server: run MXNet's node loop with our updater and controller."""
+    import ctypes
+    role = os.environ.get("DMLC_ROLE", "")
+    if role not in ("server", "scheduler"):
+        sys.exit("python -m cdsgd_mx.server runs a scheduler or server: set DMLC_ROLE=server|scheduler (got %r)" % role)
+    if role == "scheduler":
+        return run_scheduler()
+    os.environ["DMLC_ROLE"] = "worker"  # importing mxnet as a server would start the stock loop
+    mx = import_mxnet()  # without scikit-learn (mxnet_import.py)
+    from mxnet.base import _LIB, check_call
+    os.environ["DMLC_ROLE"] = role
+    secret = None
+    if role == "server":
+        try:
+            secret = auth.job_secret()
+        except auth.SecretError as e:
+            sys.exit("cdsgd_mx server: %s" % e)
+    heartbeat.start()  # to the launcher's watchdog, when it runs one: a stopped node falls silent
+    kv = mx.kv.create("dist")
+    heartbeat.set_phase("train")
+    state = ServerState(secret=secret)
+    proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+    ctrl = proto(_controller(state, kv))
+    check_call(_LIB.MXKVStoreRunServer(kv.handle, ctrl, None))
+    if os.environ.get("CDSGD_PROOF_STATS") and state.proofs.counted:  # python -m cdsgd_mx.bench.comm asks
+        p = state.proofs
+        print("PROOF_STATS %s" % json.dumps({"rounds": p.counted, "seconds": p.seconds, "cpu_seconds": p.cpu_seconds}),
+              flush=True)
+
+
+def run_scheduler():
+    """The scheduler only runs ps-lite's node loop: it loads MXNet's library without importing
+    the mxnet package (whose import costs about 2 s of CPU at every job's start)."""
+    import ctypes
+    import importlib.util
+    path = os.path.join(os.path.dirname(importlib.util.find_spec("mxnet").origin), "libmxnet.so")
+    if os.path.exists(path):
+        lib = ctypes.CDLL(path, ctypes.RTLD_LOCAL)
+    else:  # a build that keeps its library elsewhere: let the package find it
+        os.environ["DMLC_ROLE"] = "worker"  # importing mxnet as a scheduler would start the stock loop
+        from mxnet.base import _LIB as lib
+        os.environ["DMLC_ROLE"] = "scheduler"
+    lib.MXGetLastError.restype = ctypes.c_char_p
+
+    def check(rc):
+        if rc != 0:
+            sys.exit("cdsgd_mx scheduler: %s" % lib.MXGetLastError().decode("utf-8", "replace"))
+    heartbeat.start()
+    handle = ctypes.c_void_p()
+    check(lib.MXKVStoreCreate(b"dist", ctypes.byref(handle)))
+    heartbeat.set_phase("train")
+    ctrl = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(lambda head, body, _: None)
+    check(lib.MXKVStoreRunServer(handle, ctrl, None))  # a scheduler never calls the controller
+
+
+def serve_if_not_worker():
+    """For clusters started with MXNet's tools/launch.py, which runs the same command for every
+    role: call this at the top of a training script, before importing mxnet. On a server or the
+    scheduler it runs the node and exits; on a worker it returns at once."""
+    if os.environ.get("DMLC_ROLE") in ("server", "scheduler"):
+        run_node()
+        sys.exit(0)
+
+
+def main():
+    """python -m cdsgd_mx.server [--stock]: ours, or MXNet's own node loop (for baselines)."""
+    if "--stock" in sys.argv[1:]:
+        import_mxnet()  # MXNet's own server loop runs on import
+    else:
+        run_node()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,371 @@
+"""Fused buckets: the unit every per-step operation runs on (docs/design.md, "Buckets").
+
+Parameters are laid out back to back in flat float32 buffers, in the order their gradients
+become ready in backward (reverse of registration), and the buffers are cut into buckets of at
+most `bucket_size` values: a bucket holds whole small parameters, or one piece of a parameter
+larger than a bucket. Each bucket is one weight key and one payload key on one server
+(protocol.py), so a step costs one quantize, one push, one acknowledgement and one pull per
+bucket, whatever the number of parameters.
+
+A BucketSet owns the flat buffers of the buckets planned together (normally all parameters of a
+Trainer; a parameter initialized later gets a set of its own):
+- grad_buf: the gradients. The Trainer binds each parameter's gradient to its slice (autograd
+  writes there directly, so fusion adds no copy); an array that is not bound is copied in. A
+  worker with several devices: the first device's gradients are bound, the other devices'
+  are added in (a worker pushes the sum of its devices' gradients, as MXNet's kvstore does);
+- comm_buf: g(t) handed to the communication thread, then W(t+1) pulled over it (the paper's
+  comm_buf: one buffer serves both). On the parameter server each bucket's stretch of comm_buf
+  is followed by its proof region (`region` values, auth.py): this worker's MAC tag on the way
+  out, the server's count of the bucket's rounds on the way back. So comm_buf alone is laid out
+  [bucket 0 | region | bucket 1 | region ...]; the other buffers have no gaps;
+- loc_buf:  x(t+1) = W(t) - local step with g(t) for the delayed algorithms, then copied into
+  the parameters' own data arrays (the weights forward reads), on every device;
+- the residual (the quantizer's error-feedback memory) and, per bucket, sml_buf (the 2-bit
+  codes in MXNet's packed layout) belong to the set's compressor (compression.py);
+- with 2-bit pulls (pull_compression.py), down_buf: each bucket's down payload as pulled
+  (codes of W - V, scale, norms, proof region), and the set's `copy` (V, a WorkerCopy).
+The NDArray buffers live on one host context (`ctx`): the first device's when it is a CPU.
+The step a set is at belongs to the step engine (step.py), a round's proof to proofs.py.
+
+Device-resident buckets (`device`, a GPU's context: issue 12; docs/design.md, "Devices"): what
+the step computes with stays on the gradients' device and only what the parameter server
+carries crosses to the host, once per bucket:
+- grad_buf and loc_buf live on the device, the residual and sml_buf too (compression.py, with a
+  device.DeviceBucket per bucket), with
+  dev_comm, the device's copy of g(t) that the round compresses (and sends again if a server
+  drops the round);
+- comm_buf stays on the host: the codes arrive there (0.25 B/value), an fp32 round copies g(t)
+  there, and W is pulled there; dev_weights, on the device, gets W once per bucket, and the
+  parameters get it from there.
+
+API: plan(sizes, bucket_size, workers, servers, keys) -> [Bucket]; Bucket, Slot;
+BucketSet(buckets, shapes, outs, delayed).gather / scatter / grad_to_comm / comm_to_loc /
+fp32_to_comm / gradient / zero_grad / hold_loc / keep_residual / set_multipliers / layout.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+import mxnet as mx
+import numpy as np
+
+from cdsgd_mx import codec
+from cdsgd_mx.wire import proofs, protocol
+from cdsgd_mx.worker.engine_copies import EngineCopies
+
+DEFAULT_BUCKET_SIZE = 1 << 20  # values (4 MiB of fp32); capped by the big-array bound, see plan()
+
+
+@dataclass
+class Slot:
+    key: int       # the parameter's key (gluon's index)
+    begin: int     # the parameter's flat element range [begin, end) held here
+    end: int
+    offset: int    # where that range starts in the set's flat buffers
+    state_id: int  # the global optimizer's index for this piece, unique in the job
+    lr_mult: float = 1.0  # the parameter's own multipliers (gluon's Parameter.lr_mult, wd_mult)
+    wd_mult: float = 1.0
+
+    @property
+    def size(self):
+        return self.end - self.begin
+
+
+@dataclass
+class Bucket:
+    offset: int    # [offset, offset + size) of the set's flat buffers
+    size: int
+    server: int
+    weight_key: int
+    payload_key: int
+    slots: List[Slot] = field(default_factory=list)
+    # views into its set's buffers, made by BucketSet (None where the set has no such buffer)
+    grad: Any = field(default=None, repr=False)         # its part of grad_buf
+    comm_offset: int = 0                                # where its part of comm_buf starts (proof regions between)
+    comm: Any = field(default=None, repr=False)         # its part of comm_buf: g(t), then W(t+1)
+    comm_wire: Any = field(default=None, repr=False)    # comm plus the proof region: what is pushed and pulled
+    comm_region: Any = field(default=None, repr=False)  # this worker's proof, then the server's count
+    comm_status: Any = field(default=None, repr=False)  # the server's count of the bucket's rounds
+    sealed_for: Optional[int] = None                    # the round whose proof the regions hold (proofs.py)
+    loc: Any = field(default=None, repr=False)          # its part of loc_buf (delayed algorithms)
+    dev_comm: Any = field(default=None, repr=False)     # device-resident buckets: g(t) on the device
+    dev_weights: Any = field(default=None, repr=False)  # ... and W there
+    down_key: Optional[int] = None                      # 2-bit pulls: the key of the codes of W - V
+    down_wire: Any = field(default=None, repr=False)    # ... where they are pulled (codes, scale, norms, count)
+    down_status: Any = field(default=None, repr=False)  # ... the server's count of the bucket's rounds
+
+    @property
+    def words(self):
+        return codec.packed_size(self.size)
+
+
+def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bound=None):
+    """Buckets for params = [(key, size)] in registration order (every worker plans the same).
+
+    A bucket holds at most min(bucket_size, the big-array bound's limit, total / num_servers)
+    values, so that each key fits one server and every server gets a share; a parameter above
+    that is cut into pieces (at least num_servers when it reaches the bound, as MXNet would)."""
+    bound = protocol.bigarray_bound() if bound is None else bound
+    total = sum(size for _, size in params)
+    limit = max(1, min(bucket_size, protocol.max_chunk(bound, num_workers), math.ceil(total / num_servers)))
+    load = [0] * num_servers
+    buckets, state_id, offset = [], first_state, 0
+    current = None
+
+    def new_bucket():
+        server = min(range(num_servers), key=lambda s: (load[s], s))
+        b = Bucket(offset, 0, server, keys.on(server), keys.on(server))
+        buckets.append(b)
+        return b
+
+    for key, size in reversed(params):  # backward produces the last layer's gradient first
+        if size > limit or (size >= bound and num_servers > 1):
+            pieces = max(math.ceil(size / limit), num_servers if size >= bound else 1)
+            step = math.ceil(size / pieces)
+            for begin in range(0, size, step):
+                end = min(size, begin + step)
+                b = new_bucket()
+                b.slots.append(Slot(key, begin, end, offset, state_id))
+                b.size = end - begin
+                load[b.server] += b.size
+                state_id += 1
+                offset += end - begin
+            current = None
+            continue
+        if current is None or current.size + size > limit:
+            current = new_bucket()
+        current.slots.append(Slot(key, 0, size, offset, state_id))
+        current.size += size
+        load[current.server] += max(size, 1)
+        state_id += 1
+        offset += size
+    return buckets
+
+
+class BucketSet:
+    """Flat buffers of buckets planned together and their views (the step they are at is the
+    StepEngine's: step.py)."""
+
+    def __init__(self, buckets, shapes, outs, delayed, region=0, ctx=None, device=None, pull=False):
+        self.buckets = buckets
+        self.region = region              # proof values after each bucket in comm_buf (0: none)
+        self.shapes = shapes              # key -> the parameter's shape
+        self.outs = outs                  # key -> the parameter's data arrays, one per device (what forward reads)
+        self.ctx = ctx or mx.current_context()  # where the buffers live (kvstore.CDSGD.broadcast)
+        self.keys = list(shapes)
+        self.size = sum(b.size for b in buckets)
+        self.slots = [s for b in buckets for s in b.slots]
+        self.device = device              # where the gradients live, for device-resident buckets
+        on = device or self.ctx           # where the step's own buffers live
+        self.grad_buf = mx.nd.zeros((self.size,), ctx=on)
+        self.comm_buf = mx.nd.zeros((self.size + region * len(buckets),), ctx=self.ctx)
+        self.loc_buf = mx.nd.zeros((self.size,), ctx=on) if delayed else None
+        self.dev_comm = mx.nd.zeros((self.size,), ctx=on) if device else None
+        self.dev_weights = mx.nd.zeros((self.size,), ctx=on) if device else None
+        self.compressor = None            # compression.Compressor, when the algorithm compresses (kvstore sets it)
+        self.copy = None                  # pull_compression.WorkerCopy: V, with 2-bit pulls
+        self.down_buf = None
+        if pull:
+            from cdsgd_mx.wire.pull_compression import down_size
+            from cdsgd_mx.worker.pull_decode import WorkerCopy
+            self.copy = WorkerCopy(buckets, self.size)
+            widths = [down_size(b.size, len(b.slots)) + region for b in buckets]
+            self.down_buf = mx.nd.zeros((sum(widths),), ctx=self.ctx)
+            at = 0
+            for b, width in zip(buckets, widths):
+                b.down_wire = self.down_buf[at:at + width]
+                b.down_status = self.down_buf[at + width - region:at + width - region + 1] if region else None
+                at += width
+        self.runs = []                    # the local optimizer's runs (set_multipliers)
+        self._stages = {}                 # extra device -> its staging views (gather)
+        self._scatters = {}               # 'comm' / 'loc' -> (the parameters' arrays, their EngineCopies)
+        for i, b in enumerate(buckets):
+            b.grad = self.grad_buf[b.offset:b.offset + b.size]
+            b.comm_offset = b.offset + i * region
+            b.comm = self.comm_buf[b.comm_offset:b.comm_offset + b.size]
+            b.comm_wire = self.comm_buf[b.comm_offset:b.comm_offset + b.size + region]  # what is pushed and pulled
+            end = b.comm_offset + b.size
+            b.comm_region = self.comm_buf[end:end + region] if region else None  # this worker's proof, then
+            b.comm_status = self.comm_buf[end:end + 1] if region else None       # the server's count
+            proofs.unseal(b)  # no proof in the new regions yet (proofs.WorkerProofs.seal)
+            b.loc = None if self.loc_buf is None else self.loc_buf[b.offset:b.offset + b.size]
+            b.dev_comm = b.dev_weights = None
+            if device:
+                b.dev_comm = self.dev_comm[b.offset:b.offset + b.size]
+                b.dev_weights = self.dev_weights[b.offset:b.offset + b.size]
+        if self.copy is not None:  # each bucket's decode of its 2-bit pulls (an engine operation)
+            self.copy.bind(buckets, region)
+        # a whole parameter's slices, shaped like it: what its gradient is bound to, and where
+        # its weights are copied from (a parameter cut into pieces is contiguous in grad_buf
+        # and loc_buf; in comm_buf only when no region lies between its pieces)
+        self.grad_views, self._comm_views, self._loc_views = {}, {}, {}
+        self._spans = {}                  # key -> [begin, end) of the parameter in grad_buf's layout
+        for key, shape in shapes.items():
+            begin = min(s.offset for s in self.slots if s.key == key)
+            end = begin + int(np.prod(shape))
+            self._spans[key] = (begin, end)
+            self.grad_views[key] = self.grad_buf[begin:end].reshape(shape)
+            pieces = [(b, s) for b in buckets for s in b.slots if s.key == key]
+            if device:  # the parameters get W from dev_weights, laid out like grad_buf
+                self._comm_views[key] = self.dev_weights[begin:end].reshape(shape)
+            elif len(pieces) == 1 or region == 0:
+                b, s = pieces[0]
+                start = b.comm_offset + s.offset - b.offset - s.begin
+                self._comm_views[key] = self.comm_buf[start:start + end - begin].reshape(shape)
+            else:  # [(comm_buf stretch, begin, end)] per piece
+                at = [(b.comm_offset + s.offset - b.offset, s) for b, s in pieces]
+                self._comm_views[key] = [(self.comm_buf[c:c + s.size], s.begin, s.end) for c, s in at]
+            if self.loc_buf is not None:
+                self._loc_views[key] = self.loc_buf[begin:end].reshape(shape)
+
+    def set_multipliers(self, multipliers):
+        """multipliers(key) -> (lr_mult, wd_mult). Consecutive parameters with the same ones form
+        a run: the local optimizer steps each run at once (one run when none are set)."""
+        for s in self.slots:
+            s.lr_mult, s.wd_mult = (float(m) for m in multipliers(s.key))
+        self.runs = []  # (index of the local optimizer = first slot's state id, grad view, loc view)
+        if self.loc_buf is None:
+            return
+        start = 0
+        for i, s in enumerate(self.slots):
+            last = i + 1 == len(self.slots)
+            if last or (self.slots[i + 1].lr_mult, self.slots[i + 1].wd_mult) != (s.lr_mult, s.wd_mult):
+                first, end = self.slots[start], s.offset + s.size
+                self.runs.append((first.state_id, self.grad_buf[first.offset:end], self.loc_buf[first.offset:end]))
+                start = i + 1
+
+    def gather(self, grads):
+        """grad_buf = the gradients {key: [array per device]}, summed over the devices: nothing
+        to do for a bound gradient of one device. Engine ops, ordered after backward and before
+        anything that reads grad_buf (the non-finite check waits for them)."""
+        for key, devices in grads.items():
+            view = self.grad_views[key]
+            if devices[0] is not view:
+                devices[0].copyto(view)
+            if len(devices) > 1:  # (one device: nothing more, not even a loop)
+                for d, g in enumerate(devices[1:]):  # MXNet refuses arithmetic across contexts (cpu(0), cpu(1) too)
+                    if g.context != view.context:  # through a buffer made once per extra device
+                        stage = self._staging(d)[key]
+                        g.copyto(stage)
+                        g = stage
+                    view += g
+
+    def _staging(self, d):
+        """Views like grad_views, in a buffer on grad_buf's context where the (d+1)-th extra
+        device's gradients are copied before they are added: made at the first step, reused."""
+        if d not in self._stages:
+            buf = mx.nd.zeros((self.size,), ctx=self.grad_buf.context)
+            self._stages[d] = {key: buf[begin:end].reshape(self.shapes[key])
+                               for key, (begin, end) in self._spans.items()}
+        return self._stages[d]
+
+    def scatter(self, source):
+        """The parameters' data on every device = comm_buf ('comm', W) or loc_buf ('loc', x):
+        engine copies, ordered after whatever writes the source (a pull, the local update),
+        issued through MXNet's C API (engine_copies.py: a fifth of copyto's cost), and made
+        again when the parameters' arrays are other objects than at the last step."""
+        outs = [out for devices in self.outs.values() for out in devices]
+        made = self._scatters.get(source)
+        if made is None or len(made[0]) != len(outs) or any(a is not b for a, b in zip(made[0], outs)):
+            made = (outs, EngineCopies(self._scatter_pairs(source)))
+            self._scatters[source] = made
+        made[1].run()
+
+    def _scatter_pairs(self, source):
+        views = self._comm_views if source == "comm" else self._loc_views
+        pairs = []
+        if source == "comm" and self.device:  # W crosses to the device once per bucket
+            pairs += [(b.comm, b.dev_weights) for b in self.buckets]
+        for key, devices in self.outs.items():
+            view = views[key]
+            for out in devices:
+                if isinstance(view, list):  # a parameter cut by a proof region
+                    flat = out.reshape((-1,))
+                    pairs += [(piece, flat[begin:end]) for piece, begin, end in view]
+                else:
+                    pairs.append((view, out))
+        return pairs
+
+    def grad_to_comm(self):
+        """comm_buf = g(t), bucket by bucket (the proof regions are written per round); with
+        device-resident buckets dev_comm = g(t), on the device (the round takes it from there)."""
+        if self.device:
+            self.grad_buf.copyto(self.dev_comm)
+            return
+        if self.region == 0:
+            self.grad_buf.copyto(self.comm_buf)
+            return
+        for b in self.buckets:
+            b.grad.copyto(b.comm)
+
+    # ---- gluon's stale gradients (ignore_stale_grad=True) --------------------------------------
+    def zero_grad(self, keys):
+        """This worker's gradient of `keys` is stale (backward did not write it since the last
+        step): it contributes nothing to the step."""
+        for key in keys:
+            self.grad_views[key][:] = 0
+
+    def hold_loc(self, keys):
+        """Copies of loc_buf's `keys` (W(t) after comm_to_loc), and a function that puts them
+        back: the parameters no worker had a fresh gradient for take no local step."""
+        kept = {key: self._loc_views[key].copy() for key in keys}
+
+        def restore():
+            for key, x in kept.items():
+                x.copyto(self._loc_views[key])
+        return restore
+
+    def keep_residual(self, keys):
+        """A function that puts back the residual of `keys` after this step's compression (a
+        parameter skipped everywhere is not in the step; compression.Compressor.keep)."""
+        if self.compressor is None:
+            return lambda: None
+        return self.compressor.keep([self._spans[key] for key in keys])
+
+    def comm_to_loc(self):
+        """loc_buf = W(t), the weights pulled into comm_buf."""
+        if self.region == 0 and not self.device:
+            self.comm_buf.copyto(self.loc_buf)
+            return
+        for b in self.buckets:
+            b.comm.copyto(b.loc)
+
+    # ---- a bucket's round (communication thread), wherever its gradients live ----------------
+    def gradient(self, b, from_grad=False):
+        """Where bucket b's g(t) is for its compression: comm_buf, or grad_buf itself with
+        from_grad (a synchronous step: nothing writes grad_buf before its round is ready);
+        dev_comm with device-resident buckets."""
+        if self.device:
+            return b.dev_comm
+        return b.grad if from_grad else b.comm
+
+    def fp32_to_comm(self, b):
+        """An fp32 round pushes comm_buf: with device-resident buckets g(t) comes from the device."""
+        if self.device:
+            b.dev_comm.copyto(b.comm)
+
+    def copy_values(self):
+        """V (numpy copy), or None without 2-bit pulls: checkpoints."""
+        return self.copy.values() if self.copy else None
+
+    def residual_values(self):
+        """The residual (numpy copy), or None when not compressing: checkpoints."""
+        return self.compressor.residual_values() if self.compressor else None
+
+    def set_residual(self, values):
+        self.compressor.set_residual(values)
+
+    def count_nonfinite(self):
+        return codec.count_nonfinite(self.grad_buf)
+
+    def first_nonfinite(self):
+        """(key, count) of the first parameter whose gradient holds NaN/Inf (slow; on error)."""
+        for key in self.keys:
+            n = codec.count_nonfinite(self.grad_views[key])
+            if n:
+                return key, n
+        return None, 0
+
+    def layout(self):
+        """What every worker must agree on: (key, begin, end, offset, weight key) per slot."""
+        return [(s.key, s.begin, s.end, s.offset, b.weight_key) for b in self.buckets for s in b.slots]

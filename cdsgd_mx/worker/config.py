@@ -1,0 +1,88 @@
+"""Checked settings of a CD-SGD kvstore: what may be asked for, and the one-line errors.
+
+API: ConfigError; check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite,
+bucket_size, aggregate); check_learning_rate(name, lr); existing_dist_sync(kvstore).
+"""
+import os
+
+import numpy as np
+
+from cdsgd_mx.worker.buckets import DEFAULT_BUCKET_SIZE
+from cdsgd_mx.worker.schedule import ALGORITHMS, COMPRESSING, DELAYED
+
+
+
+class ConfigError(ValueError):
+    """A bad argument: the message names it and the allowed values."""
+
+
+KVSTORE_TYPES = ("dist_sync", "local")
+LAUNCH_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
+NONFINITE_POLICIES = ("error", "skip")
+PULL_COMPRESSIONS = ("none", "2bit")
+DEFAULT_RESYNC_EVERY = 10  # BIT-SGD with 2-bit pulls: an exact fp32 pull every 10th step (docs/performance.md)
+AGGREGATE_CHECKPOINT = ("save_states/load_states with update_on_kvstore=False (the workers update) are not supported "
+                        "yet: checkpoint a job whose servers update (update_on_kvstore=None)")
+AGGREGATE_DELAYED = ("the workers cannot update (update_on_kvstore=False, allreduce_grads()/update()) with "
+                     "algorithm=%r: its local update of step t runs before step t's summed gradient exists (the "
+                     "overlap it is made for), so there is no sum to hand back; use algorithm 'ssgd' or 'bitsgd', "
+                     "or clip on the servers with optimizer_params={'clip_gradient': C}")
+
+
+def existing_dist_sync(kvstore):
+    """An MXNet dist_sync store the script made itself (e.g. for its rank before building its
+    data loaders): cdsgd wraps it, since a second dist kvstore in one process would hang."""
+    import mxnet as mx
+    return isinstance(kvstore, mx.kvstore.KVStore) and kvstore.type == "dist_sync"
+
+
+def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error",
+                 bucket_size=DEFAULT_BUCKET_SIZE, aggregate=False, pull_compression="none",
+                 resync_every=DEFAULT_RESYNC_EVERY):
+    if algorithm not in ALGORITHMS:
+        raise ConfigError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ConfigError("k must be an integer >= 1, got %r" % (k,))
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
+        raise ConfigError("warmup_steps must be an integer >= 0, got %r" % (warmup_steps,))
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
+            or not np.isfinite(threshold) or threshold <= 0 or not np.isfinite(np.float32(threshold)):
+        raise ConfigError("threshold must be a finite number > 0 (as float32), got %r" % (threshold,))
+    if kvstore is not None and not existing_dist_sync(kvstore) and kvstore not in KVSTORE_TYPES:
+        raise ConfigError("kvstore must be one of %s, None or an existing mx.kv.create('dist_sync') store, got %r"
+                          % (", ".join(KVSTORE_TYPES), kvstore))
+    if nonfinite not in NONFINITE_POLICIES:
+        raise ConfigError("nonfinite must be one of %s, got %r" % (", ".join(NONFINITE_POLICIES), nonfinite))
+    if isinstance(bucket_size, bool) or not isinstance(bucket_size, (int, np.integer)) or bucket_size < 1:
+        raise ConfigError("bucket_size must be an integer >= 1 (values per bucket), got %r" % (bucket_size,))
+    bound = os.environ.get("MXNET_KVSTORE_BIGARRAY_BOUND")
+    if bound is not None and not (bound.strip().isdigit() and int(bound) > 0):
+        # MXNet would take 0 or less as 1-element chunks: a distributed job 100x slower
+        raise ConfigError("MXNET_KVSTORE_BIGARRAY_BOUND must be an integer > 0 (elements), got %r" % (bound,))
+    if aggregate and algorithm in DELAYED:
+        raise ConfigError(AGGREGATE_DELAYED % algorithm)
+    check_pull(algorithm, pull_compression, resync_every, aggregate)
+
+
+def check_pull(algorithm, pull_compression, resync_every=DEFAULT_RESYNC_EVERY, aggregate=False):
+    """2-bit both ways (pull_compression.py): only where the pushes are compressed too."""
+    if pull_compression not in PULL_COMPRESSIONS:
+        raise ConfigError("pull_compression must be one of %s, got %r" % (", ".join(PULL_COMPRESSIONS),
+                                                                          pull_compression))
+    if isinstance(resync_every, bool) or not isinstance(resync_every, (int, np.integer)) or resync_every < 1:
+        raise ConfigError("resync_every must be an integer >= 1 (steps), got %r" % (resync_every,))
+    if pull_compression == "none":
+        return
+    if algorithm not in COMPRESSING:
+        raise ConfigError("pull_compression=%r needs a compressing algorithm: algorithm must be one of %s, got %r"
+                          % (pull_compression, ", ".join(COMPRESSING), algorithm))
+    if aggregate:
+        raise ConfigError("pull_compression=%r needs the servers to update (update_on_kvstore=None): with "
+                          "update_on_kvstore=False the workers pull the summed gradient" % pull_compression)
+
+
+def check_learning_rate(name, lr):
+    """A learning rate must be a finite number >= 0 (NaN would fail inside MXNet at step 0)."""
+    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(lr) or lr < 0:
+        raise ConfigError("%s must be a finite number >= 0, got %r" % (name, lr))

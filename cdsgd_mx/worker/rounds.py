@@ -1,0 +1,143 @@
+"""One round of a bucket set on the communication thread: push g(t) bucket by bucket (the
+2-bit codes of g(t) + residual, or fp32) with this worker's proof, issue the pulls of W(t+1)
+(fp32, or with 2-bit pulls the codes of W(t+1) - V: pull_compression.py), then check that each
+bucket's round was applied (sending it again if a server dropped it); what a 2-bit pull brings
+is decoded into V and comm_buf by an engine operation issued behind it (pull_compression.py).
+
+API: RoundRunner(backend, schedule, threshold, tracer, names).push(bset, t, keep_residual)
+-> check; .check(bset, t) -> follow-up; .bytes_of_step(sets, t); bytes_pushed, bytes_by_step,
+resent.
+"""
+from cdsgd_mx.wire import auth
+from cdsgd_mx import codec
+from cdsgd_mx.cluster import heartbeat
+from cdsgd_mx.worker.backends import MAX_RESENDS, dropped
+from cdsgd_mx.wire.pull_compression import PULL_2BIT, PULL_FP32
+
+
+class RoundRunner:
+    """Runs rounds for the step engine (step timing is not its business: it is told which step
+    a round is, and the schedule says what that step pushes)."""
+
+    def __init__(self, backend, schedule, threshold, tracer, names):
+        self.backend, self.schedule, self.threshold, self.tracer = backend, schedule, threshold, tracer
+        self.names = names              # names(keys) -> "p1, p2", for messages
+        self.bytes_pushed = 0           # all pushes of this worker since creation
+        self.bytes_by_step = {}         # step -> bytes pushed by this worker at that step
+        self.resent = 0                 # rounds sent again after a server dropped them (a push from outside the job)
+
+    def push(self, bset, t, keep_residual=None):
+        """Communication thread, push phase: push g(t) from comm_buf (codes or fp32) bucket by
+        bucket, each with this worker's proof (auth.py), and issue the pulls of W(t+1).
+        Returns the check of the servers' counts that come back with the pulls (run at the
+        flush). keep_residual: puts back the residual of parameters skipped at this step."""
+        compressed = self.schedule.compressed(t)
+        pull_down = self.schedule.pull_compressed(t)
+        keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
+        pushed = 0
+        for i, b in enumerate(bset.buckets):
+            if compressed:
+                with self.tracer.span("quantize", bucket=i, step=t):
+                    codes, bad = bset.compressor.compress(i, bset.gradient(b, from_grad=not self.schedule.delayed(t)))
+                    if bad:
+                        raise FloatingPointError("non-finite gradient in bucket %d (parameters %s) at step %d (%d values)"
+                                                 % (i, self.names(sorted({s.key for s in b.slots})), t, bad))
+                    codec.wire_encode(codes, self.backend.wire_row(b.payload_key))
+                    if bset.copy is not None:  # what this round pulls: the codes of W - V, or W
+                        self.backend.set_pull(b.payload_key, PULL_2BIT if pull_down else PULL_FP32)
+                with self.tracer.span("push codes", bucket=i, step=t):
+                    self.backend.seal(b)
+                    self.backend.push_payload(b.payload_key)
+                pushed += self.payload_bytes(b, bset)
+            else:
+                with self.tracer.span("push fp32", bucket=i, step=t):
+                    bset.fp32_to_comm(b)
+                    self.backend.seal(b)
+                    self.backend.push(b.weight_key, b.comm_wire)
+                    if keep:
+                        b.comm.copyto(b.loc)  # before the pull writes W over it
+                pushed += 4 * (b.size + bset.region)
+        if keep_residual is not None:
+            keep_residual()
+        self.bytes_pushed += pushed
+        self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
+        self._pull(bset, t, after_acks=compressed, down=pull_down)
+        return lambda: self.check(bset, t)
+
+    def check(self, bset, t):
+        """Communication thread, after the flush's pulls are issued and before the main thread
+        may read what they bring: each bucket's round was applied by its server (the count
+        after the weights went one up), else it is sent again (proofs.WorkerProofs.applied)
+        until it is. Returns the follow-up: the proofs of the next rounds."""
+        compressed = self.schedule.compressed(t)
+        pull_down = self.schedule.pull_compressed(t)
+        rounds = [self._round(b) for b in bset.buckets]  # the counts this round brings once applied
+        for i, b in enumerate(bset.buckets):
+            for attempt in range(MAX_RESENDS + 1):
+                with heartbeat.waiting("step %d's pull of bucket %d (key %d, server %d)" % (t, i, b.weight_key,
+                                                                                          b.server)):
+                    if self.backend.bucket_applied(b, down=pull_down):
+                        break
+                dropped(self.backend.rank, "round %d of bucket %d (key %d, step %d)" % (
+                    self.backend.rounds.get(b.weight_key, 0), i, b.weight_key, t), attempt)
+                self.resent += 1
+                with self.tracer.span("resend", bucket=i, step=t):
+                    self.backend.resend(b, compressed, self._kept_gradient(bset, b, t), pull_down)
+                    if pull_down:  # the first decode found the old count and changed nothing
+                        bset.copy.issue(i, rounds[i])
+            if bset.copy is not None and not pull_down:
+                with self.tracer.span("re-sync", bucket=i, step=t):
+                    bset.copy.start(i, b.comm)  # an fp32 pull: V := W
+        if pull_down:  # the decodes ran on the engine: check them (a corrupt payload stops here)
+            with self.tracer.span("decode pull", step=t):
+                bset.comm_buf.wait_to_read()
+            for i in range(len(bset.buckets)):
+                bset.copy.collect(i, rounds[i])
+        return lambda: [self.backend.seal_next(b) for b in bset.buckets]
+
+    def _round(self, b):
+        """The server's count of the bucket's rounds once this one is applied."""
+        return self.backend.rounds.get(b.weight_key, 0) + 1
+
+    def _kept_gradient(self, bset, b, t):
+        """Where g(t) of a bucket still is for an fp32 round sent again: in grad_buf for a
+        synchronous step (the main thread waits for this round before the next backward), in
+        loc_buf for a delayed one (free until the next step's comm_to_loc: push keeps g(t)
+        there, one copy per delayed fp32 round, since MXNet pulls into the array pushed). With
+        device-resident buckets, in dev_comm (nothing is pulled into it; the next step's
+        grad_to_comm waits for this round to be ready)."""
+        if bset.device:
+            return b.dev_comm
+        return b.loc if self.schedule.delayed(t) else b.grad
+
+    def payload_bytes(self, b, bset):
+        pull_flag = 1 if bset.copy is not None else 0  # 2-bit pulls: the round's pull flag
+        return 4 * (b.words + pull_flag + (auth.TAG_FLOATS if self.backend.region else 0)) + 8  # + the row index
+
+    def _pull(self, bset, t, after_acks, down=False):
+        """Issue the pulls of W(t+1) into comm_buf (or with down, of the codes of W(t+1) - V into
+        down_buf), without waiting. MXNet orders a pull after this worker's push of the same key
+        (fp32); a pull of the weight key is not ordered after a push to the payload key (codes):
+        request the acknowledgements, and have MXNet's engine issue each pull once its
+        acknowledgement is in."""
+        start = self.tracer.now_us()
+        if after_acks:
+            self.backend.request_acks([b.payload_key for b in bset.buckets])
+            for b in bset.buckets:  # traced: when the servers had applied each payload
+                self.backend.trace_ack(self.tracer, b.payload_key, start, step=t)
+            self.backend.pull_after_acks([(b.payload_key, b.down_key, b.down_wire) if down else
+                                          (b.payload_key, b.weight_key, b.comm_wire) for b in bset.buckets])
+            for i, b in enumerate(bset.buckets if down else ()):  # V += codes; comm_buf = V, once pulled
+                bset.copy.issue(i, self._round(b))
+        else:
+            for b in bset.buckets:
+                self.backend.pull(b.weight_key, b.comm_wire)
+        # the span ends when the transfer does; recorded without holding up this thread
+        self.tracer.watch("pull", bset.down_buf if down else bset.comm_buf, start, step=t)
+
+    def bytes_of_step(self, sets, t):
+        """Bytes this worker pushes at step t by the schedule and the buckets (what push counts
+        into bytes_by_step once the step's rounds have run)."""
+        compressed = self.schedule.compressed(t)
+        return sum(self.payload_bytes(b, bset) if compressed else 4 * (b.size + bset.region)
+                   for bset in sets for b in bset.buckets)

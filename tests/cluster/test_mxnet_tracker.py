@@ -1,0 +1,56 @@
+"""Under MXNet's own launcher (tools/launch.py as the wheel ships it, through
+cdsgd_mx.mxnet_launch), a script whose only change is `import cdsgd_mx` first runs our servers
+and scheduler and trains to the simulation's weights (issue 30, items 2 and 5; --launcher
+local here, ssh where an sshd is installed is left to issue 30)."""
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from worker.test_engine import BOUND, CFG, K, STEPS, T, WARMUP, sim  # noqa: E402
+from workers.engine_worker import SHAPES  # noqa: E402
+
+from cdsgd_mx.wire import auth  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = ROOT / "tests" / "workers" / "tracker_worker.py"
+pytestmark = pytest.mark.slow
+
+
+def job_files(tmp_path):
+    """The job's secret file (owner-only), its output folder and the engine worker's arguments."""
+    secret = tmp_path / "secret"
+    secret.write_text(auth.new_secret())
+    secret.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    out = tmp_path / "out"
+    args = ["--out", str(out), "--config", json.dumps(CFG), "--algorithm", "cdsgd", "--steps", str(STEPS),
+            "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T)]
+    return secret, out, args
+
+
+def assert_simulated(out):
+    """Both ranks' x and W equal the simulation's CD-SGD."""
+    xs, W = sim("cdsgd", 2)
+    for r in range(2):
+        got = np.load(out / ("rank%d.npz" % r))
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(got["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+
+
+def test_the_first_import_makes_mxnets_launcher_run_our_nodes(tmp_path):
+    secret, out, args = job_files(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDSGD_", "DMLC_"))}
+    env.update(CDSGD_SECRET_FILE=str(secret), MXNET_KVSTORE_BIGARRAY_BOUND=str(BOUND), DMLC_INTERFACE="lo",
+               CDSGD_STALL_TIMEOUT="60", ENGINE_WORKER_ARGS=json.dumps(args))
+    cmd = [sys.executable, "-m", "cdsgd_mx.mxnet_launch", "--launcher", "local", "-n", "2", "-s", "2",
+           sys.executable, str(WORKER)]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_simulated(out)

@@ -1,0 +1,123 @@
+"""The peer benchmark (python -m cdsgd_mx.bench.comm): it runs stock MXNet and ours side by side
+and reports what each pushed; bad arguments get one line, no traceback."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cdsgd_mx.wire import auth, protocol
+from cdsgd_mx import codec
+from cdsgd_mx.bench.comm import build_model
+from cdsgd_mx.worker.buckets import plan
+
+pytestmark = pytest.mark.slow
+
+
+def test_one_round_of_stock_and_ours_side_by_side(tmp_path):
+    out = tmp_path / "comm.json"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
+                           "--rounds", "3", "--systems", "stock_fp32,stock_2bit,ssgd,bitsgd", "--bucket-size", "20000",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "bitsgd/stock_2bit" in proc.stdout and "[4/4] lenet5 none bitsgd" in proc.stdout
+    # the proofs' share of a round, from the servers' timing inside the jobs and the workers' calls
+    assert "none ssgd" in proc.stdout.split("proof of every push")[1] and "next proofs, off the path" in proc.stdout
+    data = json.loads(out.read_text())
+    run, = data["runs"]
+    values = data["models"]["lenet5"]["trained_values"]
+    for system in ("stock_fp32", "stock_2bit", "ssgd", "bitsgd"):
+        assert run["systems"][system]["ms"] > 0, run["systems"][system]
+    sizes = [int(p.data().size) for p in build_model("lenet5").collect_params().values() if p.grad_req != "null"]
+    buckets = len(plan(list(enumerate(sizes)), 20000, 2, 1, protocol.Keys(1)))
+    proof = 4 * auth.TAG_FLOATS  # bytes of one worker's tag (auth.py)
+    # fp32: 4 B/value, plus per bucket the proof region (a slot per worker, 2 workers)
+    assert run["systems"]["ssgd"]["bytes_per_round"] == 4 * values + 2 * proof * buckets
+    # 2-bit: 0.25 B/value, plus per bucket its last word's padding, 8 bytes of row index and its tag
+    bits = run["systems"]["bitsgd"]["bytes_per_round"]
+    low = 4 * codec.packed_size(values) + (8 + proof) * buckets
+    assert low <= bits <= low + 4 * buckets
+
+
+def test_paired_mode_alternates_fp32_and_2bit_rounds_in_one_job(tmp_path):
+    """--systems paired: S-SGD's and BIT-SGD's rounds taking turns in one job (the ratio without
+    the job-to-job spread); half the rounds push fp32 and half push codes."""
+    out = tmp_path / "paired.json"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
+                           "--rounds", "4", "--systems", "paired", "--bucket-size", "20000", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    p = json.loads(out.read_text())["runs"][0]["systems"]["paired"]
+    assert p["ssgd_ms"] > 0 and p["bitsgd_ms"] > 0 and p["ratio"] == pytest.approx(p["bitsgd_ms"] / p["ssgd_ms"])
+    assert "lenet5 none paired in one job (4 rounds of each): ssgd %.1f ms, bitsgd %.1f ms, bitsgd/ssgd %.2f" % (
+        p["ssgd_ms"], p["bitsgd_ms"], p["ratio"]) in proc.stdout
+    ratios = [w["ratio"] for w in p["workers"]]  # printed: the larger, and the mean over the workers
+    assert len(ratios) == 2 and p["ratio"] == max(ratios) and p["mean_ratio"] == pytest.approx(sum(ratios) / 2)
+    assert "(worker rank %d; mean over the workers %.2f)" % (p["rank"], p["mean_ratio"]) in proc.stdout
+    values = sum(int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null")
+    sizes = [int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null"]
+    buckets = len(plan(list(enumerate(sizes)), 20000, 2, 1, protocol.Keys(1)))
+    proof = 4 * auth.TAG_FLOATS
+    fp32 = 4 * values + 2 * proof * buckets
+    low = 4 * codec.packed_size(values) + (8 + proof) * buckets
+    assert (fp32 + low) / 2 <= p["bytes_per_round"] <= (fp32 + low + 4 * buckets) / 2
+
+
+def test_both_ways_systems_pull_a_quarter_byte_per_value(tmp_path):
+    """bitsgd_2bit and paired_pull (issue 29): their rounds run, push what bitsgd pushes plus one
+    pull flag per bucket, and the table prints the both-ways wire bound beside the others."""
+    out, traces = tmp_path / "both.json", tmp_path / "traces"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
+                           "--rounds", "4", "--systems", "stock_2bit,bitsgd,bitsgd_2bit,cdsgd_2bit,paired_pull",
+                           "--bucket-size", "20000", "--json", str(out), "--trace", str(traces)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = json.loads(out.read_text())["runs"][0]
+    assert "both bound" in proc.stdout and "bitsgd_2bit/bitsgd" in proc.stdout
+    sizes = [int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null"]
+    buckets = len(plan(list(enumerate(sizes)), 20000, 2, 1, protocol.Keys(1)))
+    one_way = run["systems"]["bitsgd"]["bytes_per_round"]
+    assert run["systems"]["bitsgd_2bit"]["bytes_per_round"] == one_way + 4 * buckets  # the pull flag
+    assert run["systems"]["cdsgd_2bit"]["ms"] > 0
+    p = run["systems"]["paired_pull"]
+    assert p["ratio"] == pytest.approx(p["bitsgd_2bit_ms"] / p["bitsgd_ms"])
+    assert "paired_pull in one job (4 rounds of each): bitsgd %.1f ms, bitsgd_2bit %.1f ms" % (
+        p["bitsgd_ms"], p["bitsgd_2bit_ms"]) in proc.stdout
+    # --trace: every worker of the project's jobs left its trace; the spans of the timed rounds
+    # are printed (a both-ways round decodes its pull; a one-way round has nothing to decode)
+    for system in ("bitsgd", "bitsgd_2bit", "cdsgd_2bit", "paired_pull"):
+        for rank in (0, 1):
+            assert (traces / ("lenet5-none-%s-rank%d.json" % (system, rank))).exists()
+    assert not list(traces.glob("*stock_2bit*"))
+    spans = run["systems"]["bitsgd_2bit"]["spans"]
+    assert len(spans) == 2 and all(s["decode pull"] > 0 and s["quantize"] > 0 for s in spans)
+    assert "decode pull" not in run["systems"]["bitsgd"]["spans"][0]
+    assert "where the rounds went" in proc.stdout and "lenet5 none bitsgd_2bit rank 1: " in proc.stdout
+
+
+def test_span_medians_take_each_timed_step_total_and_count_a_missing_span_as_zero(tmp_path):
+    from cdsgd_mx.bench.comm import span_medians
+    ev = lambda name, step, ms: {"name": name, "ph": "X", "ts": 0, "dur": 1e3 * ms, "pid": 0, "tid": 0,
+                                 "args": {"step": step}}
+    events = [ev("step", t, 10.0 + t) for t in range(6)]
+    events += [ev("decode pull", t, 1.0) for t in (0, 4, 5)] + [ev("decode pull", 5, 2.0)]  # two buckets at step 5
+    events += [ev("resend", 1, 50.0), {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "x"}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    got = span_medians(str(path), first_step=2)  # steps 2..5
+    assert got["step"] == pytest.approx(13.5)
+    assert got["decode pull"] == pytest.approx(0.5)  # 0, 0, 1, 3 ms
+    assert "resend" not in got  # only before the timed steps
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--models", "lenet9"], "--models: unknown 'lenet9' (allowed: "),
+    (["--systems", "ssgd,fastest"], "--systems: unknown 'fastest'"),
+    (["--bandwidth", "1gbt"], "--bandwidth: bad link '1gbt'"),
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+])
+def test_bad_arguments_get_one_line(args, message):
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm"] + args, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,86 @@
+"""The overlap is real: a CD-SGD worker starts step t+1 while step t's communication is still
+in flight; a BIT-SGD worker does not start it before step t's pushes are acknowledged."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def spans(trace, name):
+    ev = json.load(open(trace))["traceEvents"]
+    return [e for e in ev if e.get("ph") == "X" and e["name"] == name]
+
+
+def run_bench(tmp_path, algorithms):
+    cmd = [sys.executable, "-m", "cdsgd_mx.bench.overlap", "--params", "2e5", "--iterations", "14",
+           "--warmup", "2", "--k", "3", "--algorithms", algorithms, "--trace-dir", str(tmp_path), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+
+
+def acknowledged(trace):
+    """step -> end of its last 'wait push' (the servers applied every payload of that step)."""
+    acked = {}
+    for e in spans(trace, "wait push"):
+        s = e["args"]["step"]
+        acked[s] = max(acked.get(s, 0), e["ts"] + e["dur"])
+    return acked
+
+
+def test_trace_shows_overlap_for_cdsgd_and_none_for_bitsgd(tmp_path):
+    run_bench(tmp_path, "bitsgd,cdsgd")
+    for alg in ("cdsgd", "bitsgd"):
+        trace = str(tmp_path / ("%s.json" % alg))
+        fb = {e["args"]["step"]: e for e in spans(trace, "forward/backward") if e["args"]["step"] >= 0}
+        acked = acknowledged(trace)
+        assert len(acked) >= 6, "%s trace has too few compressed rounds" % alg
+        early = [s for s, end in acked.items() if s + 1 in fb and fb[s + 1]["ts"] < end - 1.0]
+        if alg == "cdsgd":
+            # forward/backward of t+1 starts while round t's pushes are still unacknowledged
+            assert len(early) >= len(acked) // 2, "cdsgd: no overlap (%d of %d steps)" % (len(early), len(acked))
+        else:
+            assert early == [], "bitsgd started steps %s before the previous step was acknowledged" % early
+
+
+def test_interleaved_schedule_runs_each_segment_as_its_algorithm():
+    from cdsgd_mx.worker.schedule import InterleavedSchedule
+    s = InterleavedSchedule(k=3)
+    s.begin(0, "ssgd")
+    s.begin(2, "cdsgd")
+    s.begin(9, "bitsgd")
+    s.begin(10, "odsgd")
+    with pytest.raises(ValueError):
+        InterleavedSchedule(3).compressed(0)  # no segment yet
+    # (compressed, delayed) for steps 0..11; cdsgd corrects at its own offsets 0, 3, 6 (steps 2, 5, 8)
+    got = [(s.compressed(t), s.delayed(t)) for t in range(12)]
+    assert got == [(False, False)] * 2 + [(False, True), (True, True), (True, True)] * 2 \
+        + [(False, True), (True, False), (False, True), (False, True)]
+    assert [s.phase(t) for t in (1, 2, 9, 11)] == ["ssgd", "cdsgd", "bitsgd", "odsgd"]
+    assert not any(s.in_warmup(t) for t in range(12))
+
+
+def test_interleaved_job_runs_every_algorithm_by_its_schedule():
+    """One job, the four algorithms taking turns: what each pushed per timed step proves the
+    switch (fp32 for S-SGD and OD-SGD, codes for BIT-SGD, one correction in k for CD-SGD)."""
+    k = 3
+    cmd = [sys.executable, "-m", "cdsgd_mx.bench.overlap", "--params", "2e5", "--iterations", "12",
+           "--warmup", "2", "--k", str(k), "--compute-iterations", "1", "--interleaved", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    jobs = {r["job"]: r for r in rows if "job" in r}
+    assert sorted(jobs) == ["bitsgd", "cdsgd", "odsgd", "ssgd"] and all(r["interleaved"] for r in jobs.values())
+    fp32 = 4 * jobs["ssgd"]["params"]
+    assert fp32 <= jobs["ssgd"]["bytes_per_step"] < 1.01 * fp32  # + the proofs
+    assert jobs["odsgd"]["bytes_per_step"] == jobs["ssgd"]["bytes_per_step"]
+    assert jobs["bitsgd"]["bytes_per_step"] < fp32 / 15  # 2 bits a value
+    assert jobs["cdsgd"]["bytes_per_step"] == pytest.approx(
+        (jobs["ssgd"]["bytes_per_step"] + (k - 1) * jobs["bitsgd"]["bytes_per_step"]) / k)
+    # 12 timed steps per algorithm in blocks of 2k: 2 cycles, each one time per algorithm
+    assert all(len(r["cycle_iter_ms"]) == 2 and r["iter_ms"] > 0 for r in jobs.values())
+    comm = next(r for r in rows if "phi_ms" in r)
+    assert comm["phi_ms"] > 0 and comm["psi_plus_delta_ms"] > 0

@@ -1,0 +1,108 @@
+"""scripts/train.py end to end on a small job, and its config errors."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN = os.path.join(ROOT, "scripts", "train.py")
+CONFIG = os.path.join(ROOT, "configs", "fig6_lenet_mnist.yaml")
+
+
+def run(*args, timeout=300):
+    return subprocess.run([sys.executable, TRAIN, "--config", CONFIG] + list(args), cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_two_workers_on_synthetic_data_write_metrics_and_checkpoints(tmp_path):
+    out = str(tmp_path / "run")
+    proc = run("dataset=synthetic", "epochs=null", "iterations=12", "warmup_steps=2", "out=" + out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["data"].startswith("synthetic 1x28x28 inputs") and config["k_used"] == 2
+    for rank in (0, 1):
+        rows = [json.loads(l) for l in open(os.path.join(out, "metrics-rank%d.jsonl" % rank))]
+        iters = [r for r in rows if "iteration" in r]
+        assert [r["iteration"] for r in iters] == list(range(12))
+        # cdsgd, warm-up 2, k = 2: steps 2, 4, ... push fp32, the others 2-bit codes
+        assert iters[3]["bytes_pushed"] * 10 < iters[2]["bytes_pushed"]
+        assert rows[-1]["epoch"] == 0 and rows[-1]["data"].startswith("synthetic")
+    from cdsgd_mx.wire import checkpoint
+    manifest = os.path.join(out, "checkpoint.states")
+    files = checkpoint.files_of(manifest)
+    assert [f.rsplit(".", 1)[-1] for f in files[1:]] == ["worker0", "worker1", "server0"]
+    assert all(os.path.exists(f) for f in files)
+    assert sorted(f for f in os.listdir(out) if f.startswith("checkpoint")) == sorted(map(os.path.basename, files))
+    extra = checkpoint.read_manifest(manifest)["extra"]
+    assert sorted(extra) == ["epoch", "run"] and extra["epoch"] == 1
+    assert len(extra["run"]) == 16 and int(extra["run"], 16) >= 0  # the launcher's run id (a restart resumes only its own)
+    for rank in (0, 1):
+        assert checkpoint.load_parameters(manifest, rank)  # each worker's parameters are in the set
+
+
+@pytest.mark.parametrize("override,message", [
+    ("k=0", "config error: k must be an integer >= 1 or 'auto', got 0"),
+    ("algorithm=adam", "config error: algorithm must be one of ssgd, bitsgd, odsgd, cdsgd, got 'adam'"),
+    ("k=auto", "config error: k: auto needs costs"),
+    ("nonsense", "config error: override 'nonsense' must look like field=value"),
+])
+def test_config_errors_are_one_line_before_anything_starts(tmp_path, override, message):
+    proc = run(override, "out=" + str(tmp_path / "x"), timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == message or proc.stderr.strip().startswith(message)
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(str(tmp_path / "x"))
+
+
+def test_resume_from_a_checkpoint_of_an_older_format_is_one_line(tmp_path):
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "checkpoint.states").write_text(json.dumps({"format": "cdsgd-mx checkpoint 2", "k": 2}, indent=1))
+    proc = run("dataset=synthetic", "workers=1", "epochs=null", "iterations=2", "out=" + str(out), "--resume",
+               timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("resume error: checkpoint %s has format 'cdsgd-mx checkpoint 2'"
+                                          % (out / "checkpoint.states"))
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_resume_continues_exactly(tmp_path):
+    import numpy as np
+    from cdsgd_mx.wire import checkpoint
+    common = ["dataset=synthetic", "epochs=null", "warmup_steps=2", "algorithm=cdsgd"]
+    whole, part = str(tmp_path / "whole"), str(tmp_path / "part")
+    assert run(*common, "iterations=130", "out=" + whole).returncode == 0
+    assert run(*common, "iterations=64", "out=" + part).returncode == 0  # stops after epoch 1
+    proc = run(*common, "iterations=130", "out=" + part, "--resume")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for rank in (0, 1):
+        a = checkpoint.load_parameters(os.path.join(whole, "checkpoint.states"), rank)
+        b = checkpoint.load_parameters(os.path.join(part, "checkpoint.states"), rank)
+        assert sorted(a) == sorted(b)
+        for name in a:
+            np.testing.assert_array_equal(a[name].asnumpy(), b[name].asnumpy())
+
+
+@pytest.mark.slow
+def test_the_same_seed_gives_the_same_run(tmp_path):
+    """Two jobs with the same seed (launcher, 2 workers, 1 server; CD-SGD, so compressed pushes
+    and delayed steps on the communication thread) log the same losses and test accuracy to the
+    last bit on both workers; another seed gives another run (init, shard and order follow it)."""
+    common = ["algorithm=cdsgd", "epochs=null", "iterations=24", "warmup_steps=4", "train_samples=2000",
+              "test_samples=500", "checkpoint=false"]
+    logs = {}
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        out = str(tmp_path / name)
+        proc = run(*common, "seed=%d" % seed, "out=" + out)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        logs[name] = []
+        for rank in (0, 1):
+            rows = [json.loads(l) for l in open(os.path.join(out, "metrics-rank%d.jsonl" % rank))]
+            logs[name].append(([r["loss"] for r in rows if "iteration" in r], rows[-1]["test_accuracy"]))
+    assert len(logs["a"][0][0]) == 24 and logs["a"][0][1] > 0.1  # evaluated: above chance
+    assert logs["a"] == logs["b"]
+    assert logs["a"][0][0][0] != logs["c"][0][0][0]  # the first step already differs: another init and batch
