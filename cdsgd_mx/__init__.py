@@ -28,6 +28,8 @@ def _register_kvstore():
     from cdsgd_mx.mxnet_import import import_mxnet
     import_mxnet()  # without scikit-learn: 0.85 s less CPU at every start (mxnet_import.py)
     from cdsgd_mx.worker import kvstore  # noqa: F401  (KVStoreBase.register runs on import)
+    from cdsgd_mx.worker import doors
+    doors.register()  # 'dist_sync_cdsgd', ... and 'cdsgd' with the options from the environment
 
 
 def _entry_point():
@@ -48,7 +50,24 @@ def _serve_if_a_node():
         _sys.exit(0)
 
 
+def _one_line_config_errors():
+    """A bad setting that reaches the top of a script (a store's name or options, a Trainer's
+    argument) prints as the one line that names it, not as a traceback into our code."""
+    previous = _sys.excepthook
+
+    def hook(kind, value, tb):
+        config = _sys.modules.get("cdsgd_mx.worker.config")  # (no ConfigError can exist before it loads)
+        if config is not None and isinstance(value, config.ConfigError):
+            _sys.stderr.write("cdsgd_mx: %s\n" % value)
+            _sys.stderr.flush()
+            return
+        previous(kind, value, tb)
+
+    _sys.excepthook = hook
+
+
 _serve_if_a_node()
+_one_line_config_errors()
 _register_kvstore()
 
 

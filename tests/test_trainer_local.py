@@ -93,9 +93,9 @@ def test_learning_rates_schedule_together():
     ({"threshold": float("nan")}, "threshold must be a finite number > 0 (as float32), got nan"),
     ({"threshold": 1e39}, "threshold must be a finite number > 0 (as float32), got 1e+39"),
     ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0, got -1"),
-    ({"kvstore": "dist_async"}, "kvstore must be one of dist_sync, local, None or an existing mx.kv.create('dist_sync') store, got 'dist_async'"),
-    ({"kvstore": "nccl"}, "kvstore must be one of dist_sync, local, None or an existing mx.kv.create('dist_sync') store, got 'nccl'"),
-    ({"kvstore": "LOCALSTORE"}, "kvstore must be one of dist_sync, local, None or an existing mx.kv.create('dist_sync') store, got <mxnet.kvstore.kvstore.KVStore"),
+    ({"kvstore": "dist_async"}, "kvstore must be one of dist, dist_sync, dist_sync_device, dist_device_sync, local, None or an existing mx.kv.create('dist') store of one of those types, got 'dist_async'"),
+    ({"kvstore": "nccl"}, "kvstore must be one of dist, dist_sync, dist_sync_device, dist_device_sync, local, None or an existing mx.kv.create('dist') store of one of those types, got 'nccl'"),
+    ({"kvstore": "LOCALSTORE"}, "kvstore must be one of dist, dist_sync, dist_sync_device, dist_device_sync, local, None or an existing mx.kv.create('dist') store of one of those types, got a KVStore store of type 'local'"),
     ({"compression_params": {"type": "2bit"}}, "compression_params: use algorithm="),
     ({"update_on_kvstore": False}, "the workers cannot update (update_on_kvstore=False, allreduce_grads()/update()) "
                                    "with algorithm='cdsgd': its local update of step t runs before"),

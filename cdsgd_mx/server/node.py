@@ -70,6 +70,7 @@ COMMAND_PREFIX = "cdsgd:"
 START_MESSAGE = "cdsgd-start"  # rank 0's first message: it only makes MXNet call the controller
 CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
 EXIT_SERVER_ERROR = 70
+EXIT_STOCK_WORKER = 78  # EX_CONFIG: a worker runs MXNet's own kvstore against our servers
 
 
 def die(context):
@@ -95,6 +96,7 @@ class ServerState:
         self.session = auth.session_key(secret, self.nonce) if secret is not None else None
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))  # MACs a command carries
         self.last_seq = -1        # the highest command sequence number acted on (replays are dropped)
+        self.started = False      # rank 0's START_MESSAGE came: before it, only a stock MXNet worker sends
         self.dropped = 0          # messages dropped: not from the job (no or a wrong MAC, a replay)
         self.num_workers = int(os.environ.get("DMLC_NUM_WORKER", "1"))
         # the proof after every pushed array, and the round counts (proofs.py); none in process
@@ -225,6 +227,7 @@ class ServerState:
         try:  # nothing before the MAC check may end the server: anyone can send this
             text = body.decode("latin1") if isinstance(body, bytes) else str(body)
             if cmd_id == CONTROLLER_COMMAND_ID and text == START_MESSAGE:
+                self.started = True  # a cdsgd_mx worker of the job has begun
                 return  # nothing to do: the controller has installed the updater (_controller)
             if cmd_id != CONTROLLER_COMMAND_ID or not text.startswith(COMMAND_PREFIX):
                 return self.drop("not a cdsgd_mx command (id %s, %d bytes)" % (cmd_id, len(text)))
@@ -326,6 +329,23 @@ class ServerState:
                 f.write("%d %d %d\n" % (wk, self.proofs.rounds[wk], zlib.crc32(self.copies.v[wk].tobytes())))
 
 
+STOCK_WORKER = ("cdsgd_mx server %s: %s came before any cdsgd_mx worker started: a worker of this job runs MXNet's "
+                "own kvstore (e.g. --kv-store dist_sync, or a script without `import cdsgd_mx` as its first import), "
+                "which cdsgd_mx's servers do not serve, so it would train nothing. Fix: `import cdsgd_mx` first and "
+                "mx.kv.create('dist_sync_ssgd') (or dist_sync_cdsgd, ...) for our S-SGD (the same weights as MXNet's), "
+                "or give the job MXNet's own servers (python -m cdsgd_mx.launch --stock-server)")
+
+
+def stock_worker(state, what):
+    """A stock MXNet worker in a job with our servers would have every push dropped and exit 0
+    with an untrained model: stop the server at its first message, in one line. Only before the
+    job's own rank 0 has started (the same message later is a stranger's: dropped, as always)."""
+    sys.stderr.write(STOCK_WORKER % (state.rank, what) + "\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(EXIT_STOCK_WORKER)
+
+
 def _controller(state, kv):
     installed = []
 
@@ -335,14 +355,24 @@ def _controller(state, kv):
                 kv._set_updater(_updater(state))
                 state.rank = kv.rank  # before receive: it picks this server's MAC of a command by it
                 installed.append(True)
+            if not state.started and not _ours(cmd_id, cmd_body):
+                stock_worker(state, "a command that is not cdsgd_mx's (MXNet's set_optimizer?)")
             state.receive(cmd_id, cmd_body)
         except BaseException:
             die("command %d" % cmd_id)
     return controller
 
 
+def _ours(cmd_id, body):
+    """A controller message our workers send (their start or a command), MAC not yet checked."""
+    text = body.decode("latin1") if isinstance(body, bytes) else str(body)
+    return cmd_id == CONTROLLER_COMMAND_ID and (text == START_MESSAGE or text.startswith(COMMAND_PREFIX))
+
+
 def _updater(state):
     def updater(key, grad, weight):
+        if not state.started and int(key) < protocol.HANDSHAKE_BASE:  # (a handshake may come before the start)
+            stock_worker(state, "a push to key %s" % key)
         try:
             state(key, grad, weight)
         except BaseException:

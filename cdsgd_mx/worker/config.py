@@ -17,6 +17,10 @@ class ConfigError(ValueError):
 
 
 KVSTORE_TYPES = ("dist_sync", "local")
+# MXNet's names for its synchronous parameter-server store (kvstore.cc: any 'dist' name without
+# '_async' is synchronous; '_device' makes MXNet sum a worker's GPUs on a GPU). Ours run as
+# dist_sync: a worker's devices are summed into its buckets on the first device's context.
+DIST_SYNC_NAMES = ("dist", "dist_sync", "dist_sync_device", "dist_device_sync")
 LAUNCH_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 NONFINITE_POLICIES = ("error", "skip")
 PULL_COMPRESSIONS = ("none", "2bit")
@@ -31,9 +35,24 @@ AGGREGATE_DELAYED = ("the workers cannot update (update_on_kvstore=False, allred
 
 def existing_dist_sync(kvstore):
     """An MXNet dist_sync store the script made itself (e.g. for its rank before building its
-    data loaders): cdsgd wraps it, since a second dist kvstore in one process would hang."""
+    data loaders), under any of MXNet's names for it: cdsgd wraps it, since a second dist
+    kvstore in one process would hang."""
     import mxnet as mx
-    return isinstance(kvstore, mx.kvstore.KVStore) and kvstore.type == "dist_sync"
+    return isinstance(kvstore, mx.kvstore.KVStore) and kvstore.type in DIST_SYNC_NAMES
+
+
+def store_name(kvstore):
+    """kvstore as the backends take it: 'dist_sync' for every MXNet name of a synchronous
+    distributed store, 'local' / None, or the existing store itself."""
+    return "dist_sync" if isinstance(kvstore, str) and kvstore in DIST_SYNC_NAMES else kvstore
+
+
+def describe_store(kvstore):
+    """A refused kvstore argument, named by what it is (a store's repr says nothing)."""
+    if isinstance(kvstore, (str, type(None))):
+        return repr(kvstore)
+    kind = getattr(kvstore, "type", None)
+    return "a %s store of type %r" % (type(kvstore).__name__, kind) if kind else "a %s" % type(kvstore).__name__
 
 
 def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error",
@@ -48,9 +67,10 @@ def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="erro
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
             or not np.isfinite(threshold) or threshold <= 0 or not np.isfinite(np.float32(threshold)):
         raise ConfigError("threshold must be a finite number > 0 (as float32), got %r" % (threshold,))
-    if kvstore is not None and not existing_dist_sync(kvstore) and kvstore not in KVSTORE_TYPES:
-        raise ConfigError("kvstore must be one of %s, None or an existing mx.kv.create('dist_sync') store, got %r"
-                          % (", ".join(KVSTORE_TYPES), kvstore))
+    if kvstore is not None and not existing_dist_sync(kvstore) and not (
+            isinstance(kvstore, str) and kvstore in DIST_SYNC_NAMES + KVSTORE_TYPES):
+        raise ConfigError("kvstore must be one of %s, local, None or an existing mx.kv.create('dist') store of one of "
+                          "those types, got %s" % (", ".join(DIST_SYNC_NAMES), describe_store(kvstore)))
     if nonfinite not in NONFINITE_POLICIES:
         raise ConfigError("nonfinite must be one of %s, got %r" % (", ".join(NONFINITE_POLICIES), nonfinite))
     if isinstance(bucket_size, bool) or not isinstance(bucket_size, (int, np.integer)) or bucket_size < 1:

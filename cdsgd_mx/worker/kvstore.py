@@ -36,7 +36,8 @@ from cdsgd_mx.worker import backends, guards, job_checkpoint
 from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.worker.backends import DistBackend
 from cdsgd_mx.worker.compression import Compressor
-from cdsgd_mx.worker.config import DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, ConfigError, check_config, existing_dist_sync
+from cdsgd_mx.worker.config import (DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, ConfigError, check_config,
+                                    existing_dist_sync, store_name)
 from cdsgd_mx.worker.gluon_rules import GluonRules
 from cdsgd_mx.worker.local_update import LocalUpdate
 from cdsgd_mx.wire.pull_compression import down_size, relative_error
@@ -94,6 +95,7 @@ class CDSGD(KVStoreBase):
         self.threshold = float(threshold)
         self.bucket_size = int(bucket_size)
         self._schedule = Schedule(algorithm, self.warmup_steps, self.k, pull_compression, self.resync_every)
+        kvstore = store_name(kvstore)  # MXNet's 'dist', 'dist_sync_device', ... run as dist_sync
         existing = existing_dist_sync(kvstore)
         if kvstore == "dist_sync" and not existing:
             missing = [v for v in LAUNCH_VARIABLES if not os.environ.get(v)]
@@ -117,8 +119,8 @@ class CDSGD(KVStoreBase):
         self._keys = protocol.Keys(self._backend.num_servers)
         self._registered = 0         # how many sets the servers know
         self._agreed = False         # the start-up configuration check ran
-        self._calls = 0              # pushpull calls: the data steps, counted from 0
         self._updates = 0            # steps not skipped: the global optimizer's updates so far
+        self._update_of_step = 0     # the current step's update (the local rate's schedule reads it)
         self.param_names = None      # set by the Trainer, for the start-up check and messages
         self._beats = isinstance(self._backend, DistBackend)  # this store's steps are the job's (heartbeat.py)
         self.tracer = Tracer(trace, pid=self._backend.rank)
@@ -301,12 +303,15 @@ class CDSGD(KVStoreBase):
                 raise ValueError("parameters %s were fused into buckets with %s: push them all in one pushpull "
                                  "call every step" % (self._names(missing), self._names([k for k in bset.keys if k in given])))
         self._ensure_registered()
+        step, begins = self.engine.begin(sets)  # the training step: counted once, however many calls bring it
         if self._beats:
             heartbeat.set_phase("train")
-        step = self._calls
-        self._calls += 1
-        if self._beats:  # steps begun: the watchdog compares them across workers
+        if self._beats and begins:  # steps begun: the watchdog compares them across workers
             heartbeat.set_step(self._calls, self.rank)
+        if not begins and self.nonfinite == "skip":
+            raise ConfigError("nonfinite='skip' drops a whole step on every worker, so it needs the step's parameters in "
+                              "one pushpull call (cdsgd_mx.Trainer); this step came in several calls (Module or "
+                              "gluon.Trainer push one parameter per call): use nonfinite='error' there")
         grads = dict(zip(keys, grads))
         for bset in sets:
             bset.outs.update((k, o) for k, o in zip(keys, outs) if k in bset.outs)
@@ -315,11 +320,13 @@ class CDSGD(KVStoreBase):
                 bset.zero_grad([k for k in bset.keys if k in stale])
         if self._nonfinite.apply(sets, step, self.tracer):
             return
+        if begins:  # one update per step, not per call
+            self._update_of_step = self._updates
+            self._updates += 1
         held = {}
         if not self.aggregate:  # (aggregate: the workers' own optimizer does all this)
-            self.rules.follow(sets, step, self._updates)
+            self.rules.follow(sets, step, self._update_of_step)
             held = self.rules.held(self._sets, sets, stale, step) if stale is not None else {}
-        self._updates += 1
         for bset in sets:
             self.engine.step(bset, held.get(bset, ()))
 
@@ -380,9 +387,18 @@ class CDSGD(KVStoreBase):
 
     @property
     def steps_done(self):
-        """Steps taken (pushpull calls, skipped ones included), counting those a checkpoint
-        restored: where a resumed script's data loop goes on."""
-        return self._calls
+        """Training steps begun (skipped ones included; one per step whether it came in one
+        pushpull call or one per parameter), counting those a checkpoint restored: where a
+        resumed script's data loop goes on."""
+        return self.engine.steps
+
+    @property
+    def _calls(self):  # (the name checkpoints use for it)
+        return self.engine.steps
+
+    @_calls.setter
+    def _calls(self, steps):
+        self.engine.restart_steps(steps)
 
     def push_bytes_of_step(self, t):
         """Bytes this worker pushes at step t by the schedule and the buckets (what a round

@@ -54,3 +54,28 @@ def test_the_first_import_makes_mxnets_launcher_run_our_nodes(tmp_path):
     proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_simulated(out)
+
+
+def test_a_failing_worker_ends_the_job_under_mxnets_launcher_with_a_failure(tmp_path):
+    """tools/launch.py --launcher local with workers that raise: before issue 39 the scheduler and
+    servers kept running until killed by hand and the launcher then exited 0. Now the first
+    failure stops every other node, the command exits non-zero naming it, and nothing is left."""
+    secret, _, _ = job_files(tmp_path)
+    marker = "raising-%d" % os.getpid()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDSGD_", "DMLC_"))}
+    env.update(CDSGD_SECRET_FILE=str(secret), DMLC_INTERFACE="lo", CDSGD_STALL_TIMEOUT="60", JOB_MARKER=marker)
+    cmd = [sys.executable, "-m", "cdsgd_mx.mxnet_launch", "--launcher", "local", "-n", "2", "-s", "1",
+           sys.executable, str(ROOT / "tests" / "workers" / "raising_worker.py")]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "fails on purpose" in out and "cdsgd_mx.mxnet_launch: the job failed: a worker exited with" in out, out[-3000:]
+    left = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if ("JOB_MARKER=" + marker).encode() in open("/proc/%s/environ" % pid, "rb").read():
+                    left.append(pid)
+            except OSError:
+                pass
+    assert not left, "processes of the job still running: %s" % left
