@@ -105,9 +105,7 @@ def create(name):
                           % (name, asked, ENV, options["algorithm"]))
     if asked is not None:
         options["algorithm"] = asked
-    store = CDSGD(**store_arguments(options))
-    store.asked_as = name
-    return store
+    return CDSGD(**store_arguments(options))
 
 
 def register():
