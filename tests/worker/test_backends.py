@@ -28,7 +28,7 @@ def test_both_backends_implement_every_declared_method():
 def test_the_kvstore_uses_only_what_a_backend_declares():
     used = set()
     for name in ("kvstore.py", "job_checkpoint.py", "guards.py", "rounds.py", "step.py", "local_update.py", "compression.py", "gluon_rules.py"):
-        text = (ROOT / "cdsgd_mx" / name).read_text()
+        text = (ROOT / "cdsgd_mx" / "worker" / name).read_text()
         used |= set(re.findall(r"(?:_backend|\bbackend)\.([a-z_]+)", text))
     assert used, "no backend use found: the pattern is out of date"
     undeclared = used - DECLARED - set(ONLY_ONE)

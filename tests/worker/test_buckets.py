@@ -202,7 +202,7 @@ def test_every_attribute_a_bucket_gets_is_a_declared_field():
     from cdsgd_mx.worker.buckets import Bucket
     declared = {f.name for f in dataclasses.fields(Bucket)}
     assigned = set()
-    for path in (pathlib.Path(__file__).resolve().parents[2] / "cdsgd_mx").glob("*.py"):
+    for path in (pathlib.Path(__file__).resolve().parents[2] / "cdsgd_mx").rglob("*.py"):  # every module, in any folder
         assigned |= set(re.findall(r"\b(?:b|bucket)\.([a-z_]+)\s*=(?!=)", path.read_text()))
     assert {"grad", "comm_wire", "sealed_for", "loc"} <= assigned  # the scan sees them
     assert assigned <= declared, sorted(assigned - declared)
