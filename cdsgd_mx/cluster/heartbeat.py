@@ -7,8 +7,12 @@ the silence of a node that it is stopped or hung (a stopped process sends nothin
 heartbeats only feed a scheduler query that MXNet never makes), and from the waits which round
 is held up. Datagrams carry a MAC with the job's secret (auth.py): nothing else is believed.
 
-No beats are sent without CDSGD_MONITOR (host:port, set by the launcher): under another
-launcher (MXNet's tools/launch.py, srun) there is no one to send them to.
+Under another launcher (MXNet's tools/launch.py, srun, anything that sets DMLC_* itself) there
+is no CDSGD_MONITOR: the nodes then beat to our scheduler (DMLC_PS_ROOT_URI, the UDP port of
+the same number as ps-lite's), which keeps the job's hub (cluster/hub.py) and answers each beat.
+When a worker fails, or falls silent outside its exit, the hub answers "stop" and every node
+that hears it exits in one line: servers and the scheduler, too, end by themselves (issue 39).
+A node that hears nothing from the hub for its timeout exits as well (the scheduler is gone).
 
 Each node also watches itself, under any launcher (issue 30): a thread that has waited on the
 network (a round, a barrier, an acknowledgement) for longer than CDSGD_STALL_TIMEOUT seconds
@@ -34,6 +38,7 @@ INTERVAL = 1.0  # seconds between beats
 STALL_TIMEOUT, START_TIMEOUT = "CDSGD_STALL_TIMEOUT", "CDSGD_START_TIMEOUT"
 DEFAULT_TIMEOUTS = {STALL_TIMEOUT: 600.0, START_TIMEOUT: 1800.0}
 EXIT_STALL = 75  # EX_TEMPFAIL, as cdsgd_mx.launch ends a stalled job: a restart may get past it
+EXIT_STOPPED = 1  # the hub stopped the job: another node failed
 
 
 class _Node:
@@ -49,6 +54,8 @@ class _Node:
         self.send = None       # sends one beat now
         self.watcher = None    # the self-watch thread
         self.limits = (0.0, 0.0)  # its (stall, start) timeouts, once started
+        self.to_hub = False    # beats go to the scheduler's hub (no launcher watchdog)
+        self.heard = 0.0       # when the hub last answered
 
 
 _node = _Node()
@@ -62,18 +69,20 @@ def node_label():
 
 
 def start():
-    """Start the self-watch, and beating (once per process; no beats without CDSGD_MONITOR or a
-    job secret)."""
+    """Start the self-watch, and beating (once per process; to the launcher's CDSGD_MONITOR, else
+    to the scheduler's hub; none without a job secret)."""
     watch_self()
-    where = os.environ.get(MONITOR)
+    where = os.environ.get(MONITOR) or hub_address()
     if not where or _node.thread is not None:
         return
+    _node.to_hub = not os.environ.get(MONITOR)
     host, _, port = where.rpartition(":")
     try:
         secret = auth.job_secret()
     except auth.SecretError:
         return  # the node itself reports a missing secret; beats would not be believed anyway
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(0.0)
 
     def send():
         try:
@@ -82,7 +91,9 @@ def start():
             pass  # the launcher is gone or the network refuses: the job ends another way
 
     _node.send = send
-    _node.thread = threading.Thread(target=_beat, name="cdsgd-heartbeat", daemon=True)
+    _node.heard = time.monotonic()
+    target = (lambda: _beat_to_hub(sock, secret)) if _node.to_hub else _beat
+    _node.thread = threading.Thread(target=target, name="cdsgd-heartbeat", daemon=True)
     _node.thread.start()
     atexit.register(set_phase, "exit")  # runs before MXNet's own exit work (atexit is LIFO)
 
@@ -218,3 +229,42 @@ def _beat():
     while True:
         _node.send()
         time.sleep(INTERVAL)
+
+
+def hub_address():
+    """host:port of the scheduler's hub (a worker or server under a launcher of another kind),
+    or None."""
+    role, host, port = (os.environ.get(v) for v in ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT"))
+    return "%s:%s" % (host, port) if role in ("worker", "server") and host and port else None
+
+
+def _beat_to_hub(sock, secret):
+    """Beat, and act on the hub's answers: 'stop' ends this node at once; so does a hub silent
+    for longer than this node's timeout (its phase's), since the job cannot go on without it."""
+    while True:
+        _node.send()
+        deadline = time.monotonic() + INTERVAL
+        while time.monotonic() < deadline:
+            try:
+                answer = decode(secret, sock.recv(65536))
+            except OSError:
+                answer = None
+                time.sleep(0.05)
+            if answer and answer.get("node") == "scheduler":
+                _node.heard = time.monotonic()
+                if answer.get("verdict") == "stop":
+                    _end("the job failed: %s" % answer.get("why", "?"))
+        stall, start_limit = _node.limits
+        limit = start_limit if _node.phase == "start" else stall
+        if limit and time.monotonic() - _node.heard > limit:
+            _end("the scheduler's hub has not answered for %.0f s (%s=%g s): the job cannot go on"
+                 % (time.monotonic() - _node.heard, START_TIMEOUT if _node.phase == "start" else STALL_TIMEOUT,
+                    limit))
+
+
+def _end(why):
+    sys.stderr.write("cdsgd_mx %s%s: %s; exiting\n" % (node_label(), "" if _node.rank is None else " (rank %d)"
+                                                        % _node.rank, why))
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(EXIT_STOPPED)

@@ -61,7 +61,7 @@ import numpy as np
 
 from cdsgd_mx.wire import auth, proofs, protocol
 from cdsgd_mx import codec
-from cdsgd_mx.cluster import heartbeat
+from cdsgd_mx.cluster import heartbeat, hub
 from cdsgd_mx.mxnet_import import import_mxnet
 from cdsgd_mx.wire.pull_compression import ServerCopies
 from cdsgd_mx.server.global_update import GlobalUpdate
@@ -429,6 +429,12 @@ def run_scheduler():
         if rc != 0:
             sys.exit("cdsgd_mx scheduler: %s" % lib.MXGetLastError().decode("utf-8", "replace"))
     heartbeat.start()
+    if not os.environ.get(heartbeat.MONITOR):  # no launcher of ours watches the job: the hub here does
+        try:
+            hub.serve(auth.job_secret(), os.environ["DMLC_PS_ROOT_PORT"], int(os.environ["DMLC_NUM_WORKER"]))
+        except (auth.SecretError, KeyError, ValueError, OSError) as e:
+            sys.stderr.write("cdsgd_mx scheduler: no hub (%s): a failed worker will not end this job's servers\n"
+                             % (e.strerror if isinstance(e, OSError) else e))
     handle = ctypes.c_void_p()
     check(lib.MXKVStoreCreate(b"dist", ctypes.byref(handle)))
     heartbeat.set_phase("train")

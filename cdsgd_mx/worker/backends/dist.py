@@ -27,6 +27,7 @@ def exit_on_uncaught_exception():
 
     def hook(kind, value, tb):
         previous(kind, value, tb)
+        heartbeat.set_phase("failed")  # sent at once: the scheduler's hub then stops the job (hub.py)
         sys.stderr.write("cdsgd_mx: worker %s failed; exiting without the kvstore barrier\n"
                          % os.environ.get("CDSGD_LAUNCH_INDEX", "?"))
         sys.stderr.flush()
