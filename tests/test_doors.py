@@ -22,12 +22,12 @@ WORKER = ROOT / "tests" / "workers" / "module_worker.py"
 BATCHES = 12  # per worker: 2 epochs x 6
 
 
-def job(tmp_path, name, *worker_args, stock_server=False, env=None, timeout=150):
+def job(tmp_path, name, *worker_args, stock_server=False, env=None, timeout=150, worker=WORKER):
     out = tmp_path / name
     out.mkdir()
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", str(timeout)]
     cmd += ["--stock-server"] if stock_server else []
-    cmd += ["--", sys.executable, str(WORKER), "--out", str(out)] + list(worker_args)
+    cmd += ["--", sys.executable, str(worker), "--out", str(out)] + list(worker_args)
     proc = subprocess.run(cmd, cwd=str(ROOT), env=dict(os.environ, **(env or {})), capture_output=True, text=True,
                           timeout=timeout + 30)
     results = [json.loads((out / ("rank%d.json" % r)).read_text()) if (out / ("rank%d.json" % r)).exists() else None
@@ -63,6 +63,52 @@ def test_module_counts_steps_not_calls_and_equals_one_call_per_step(tmp_path, al
             np.testing.assert_array_equal(np.array(module[r]["params"][name], np.float32),
                                           np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
     assert module[0]["type"] == "cdsgd_dist_sync"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["cdsgd", "bitsgd"])
+def test_gluon_trainer_with_our_store_equals_cdsgd_mx_trainer(tmp_path, algorithm):
+    """gluon.Trainer(kvstore=mx.kv.create('dist_sync_ALG')) pushes one parameter per call; our
+    Trainer hands the step over in one call, fused into buckets: the same schedule, step count and
+    weights, bit for bit."""
+    env = {"CDSGD_OPTIONS": "k=3,warmup_steps=2"}
+    gluon_worker = ROOT / "tests" / "workers" / "gluon_worker.py"
+    proc_g, theirs = job(tmp_path, "gluon", "--door", "gluon", "--store", "dist_sync_" + algorithm, env=env,
+                         worker=gluon_worker)
+    assert proc_g.returncode == 0, proc_g.stdout[-3000:] + proc_g.stderr[-3000:]
+    proc_t, ours = job(tmp_path, "trainer", "--door", "trainer", "--store", "dist_sync_" + algorithm, env=env,
+                       worker=gluon_worker)
+    assert proc_t.returncode == 0, proc_t.stdout[-3000:] + proc_t.stderr[-3000:]
+    want = expected_local_rates(0.2)
+    for r in range(2):
+        assert [s for s, _ in theirs[r]["record"]] == list(range(1, BATCHES + 1))
+        np.testing.assert_allclose([lr for _, lr in theirs[r]["record"]], want, rtol=1e-6)
+        np.testing.assert_allclose([lr for _, lr in ours[r]["record"]], want, rtol=1e-6)
+        for name, values in ours[r]["params"].items():
+            np.testing.assert_array_equal(np.array(theirs[r]["params"][name], np.float32),
+                                          np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
+
+
+@pytest.mark.slow
+def test_module_saves_and_loads_the_stores_states_and_resumes_bit_for_bit(tmp_path):
+    """fit.py-style resume: epoch 1, Module.save_optimizer_states on every worker, then a new job
+    that loads them and fits epoch 2 ends with the weights of 2 epochs in one go (CD-SGD, with
+    its residuals, delayed round and local rate's schedule)."""
+    env = {"CDSGD_OPTIONS": "k=3,warmup_steps=2"}
+    states = str(tmp_path / "lenet.states")
+    proc_a, straight = job(tmp_path, "straight", "--epochs", "2", env=env)
+    assert proc_a.returncode == 0, proc_a.stdout[-3000:] + proc_a.stderr[-3000:]
+    proc_b, _ = job(tmp_path, "first", "--epochs", "1", "--save", states, env=env)
+    assert proc_b.returncode == 0, proc_b.stdout[-3000:] + proc_b.stderr[-3000:]
+    proc_c, resumed = job(tmp_path, "resumed", "--epochs", "2", "--begin-epoch", "1", "--resume", states, env=env)
+    assert proc_c.returncode == 0, proc_c.stdout[-3000:] + proc_c.stderr[-3000:]
+    for r in range(2):
+        assert [s for s, _ in resumed[r]["record"]] == list(range(BATCHES // 2 + 1, BATCHES + 1))
+        np.testing.assert_allclose([lr for _, lr in resumed[r]["record"]], expected_local_rates(0.2)[BATCHES // 2:],
+                                   rtol=1e-6)
+        for name, values in straight[r]["params"].items():
+            np.testing.assert_array_equal(np.array(resumed[r]["params"][name], np.float32),
+                                          np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
 
 
 @pytest.mark.slow

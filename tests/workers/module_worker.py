@@ -21,6 +21,9 @@ ap.add_argument("--store", default="dist_sync_cdsgd")
 ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--batches", type=int, default=6, help="batches per worker per epoch")
 ap.add_argument("--no-import", action="store_true")
+ap.add_argument("--save", default=None, help="Module.save_optimizer_states(SAVE) at every epoch's end")
+ap.add_argument("--resume", default=None, help="Module.load_optimizer_states(RESUME), then fit from --begin-epoch")
+ap.add_argument("--begin-epoch", type=int, default=0)
 ap.add_argument("--out", required=True)
 args = ap.parse_args()
 
@@ -56,9 +59,19 @@ def seen(_param=None):
     record.append([getattr(kv, "steps_done", None), local])
 
 
+def save(epoch, symbol, arg_params, aux_params):
+    mod.save_optimizer_states(args.save)  # every worker, at the same step (the store's checkpoint set)
+
+
 if args.door == "module":
+    if args.resume:  # as a fit.py script resumes: the states after the optimizer exists, then fit on
+        mod.bind(data_shapes=train.provide_data, label_shapes=train.provide_label)
+        mod.init_params(initializer=mx.init.Xavier())
+        mod.init_optimizer(kvstore=kv, optimizer="sgd", optimizer_params=opt_params)
+        mod.load_optimizer_states(args.resume)
     mod.fit(train, num_epoch=args.epochs, kvstore=kv, optimizer="sgd", optimizer_params=opt_params,
-            initializer=mx.init.Xavier(), batch_end_callback=seen)
+            initializer=mx.init.Xavier(), batch_end_callback=seen, begin_epoch=args.begin_epoch,
+            epoch_end_callback=save if args.save else None)
 else:
     mod.bind(data_shapes=train.provide_data, label_shapes=train.provide_label)
     mod.init_params(initializer=mx.init.Xavier())
