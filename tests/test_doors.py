@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import cdsgd_mx
+from cdsgd_mx.wire import auth
 from cdsgd_mx.worker import doors
 from cdsgd_mx.worker.config import ConfigError, check_config
 
@@ -108,6 +109,33 @@ def test_module_saves_and_loads_the_stores_states_and_resumes_bit_for_bit(tmp_pa
                                    rtol=1e-6)
         for name, values in straight[r]["params"].items():
             np.testing.assert_array_equal(np.array(resumed[r]["params"][name], np.float32),
+                                          np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
+
+
+@pytest.mark.slow
+def test_a_fit_py_style_script_under_mxnets_launcher_trains_as_under_ours(tmp_path):
+    """The script as fit.py users launch it: tools/launch.py --launcher local (through
+    cdsgd_mx.mxnet_launch), `import cdsgd_mx` first, --kv-store dist_sync_cdsgd: the weights of
+    the same job under python -m cdsgd_mx.launch, bit for bit."""
+    env = {"CDSGD_OPTIONS": "k=3,warmup_steps=2"}
+    proc_o, ours = job(tmp_path, "ours", "--store", "dist_sync_cdsgd", env=env)
+    assert proc_o.returncode == 0, proc_o.stdout[-3000:] + proc_o.stderr[-3000:]
+    secret = tmp_path / "secret"
+    secret.write_text(auth.new_secret())
+    secret.chmod(0o600)
+    out = tmp_path / "tracker"
+    out.mkdir()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CDSGD_", "DMLC_"))}
+    clean.update(env, CDSGD_SECRET_FILE=str(secret), DMLC_INTERFACE="lo")
+    cmd = [sys.executable, "-m", "cdsgd_mx.mxnet_launch", "--launcher", "local", "-n", "2", "-s", "1",
+           sys.executable, str(WORKER), "--out", str(out), "--store", "dist_sync_cdsgd"]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=clean, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for r in range(2):
+        theirs = json.loads((out / ("rank%d.json" % r)).read_text())
+        assert [s for s, _ in theirs["record"]] == list(range(1, BATCHES + 1))
+        for name, values in ours[r]["params"].items():
+            np.testing.assert_array_equal(np.array(theirs["params"][name], np.float32),
                                           np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
 
 
