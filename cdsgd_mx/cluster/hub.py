@@ -7,6 +7,8 @@ The job has failed when:
 - a node that has beaten falls silent for longer than the stall timeout outside its exit
   (killed, or its machine gone; a stopped worker's last beat says 'exit' when it ends well);
 - fewer workers than DMLC_NUM_WORKER have beaten by the start-up timeout.
+The last two wait BEHIND seconds longer than the timeouts, so that a worker's own stall watch,
+which names the wait it gave up on, speaks first (as cdsgd_mx.launch's nodes run behind it).
 Then the hub answers 'stop' to every beat for a few seconds (each node that hears it exits in one
 line), and the scheduler exits with EXIT_FAILED, naming the cause. A job that ends well ends as
 MXNet's do: the workers' exit stops the servers and the scheduler.
@@ -23,6 +25,7 @@ from cdsgd_mx.cluster import heartbeat
 
 EXIT_FAILED = 1
 STOP_FOR = 3.0  # seconds the hub keeps answering 'stop' before the scheduler exits
+BEHIND = 10.0   # seconds the hub's silence and start-up verdicts wait after the nodes' own timeouts
 
 
 class Hub:
@@ -73,7 +76,8 @@ def serve(secret, port, workers):
     """Run the hub on UDP `port` in a daemon thread of the scheduler; on a failure it answers
     'stop' for STOP_FOR seconds, then ends the scheduler in one line."""
     stall, start_limit = heartbeat.timeouts()
-    hub = Hub(secret, workers, stall, start_limit)
+    # after the nodes' own watch: a worker waiting on a hung one names the wait itself first
+    hub = Hub(secret, workers, stall and stall + BEHIND, start_limit and start_limit + BEHIND)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("", int(port)))
     sock.settimeout(heartbeat.INTERVAL)

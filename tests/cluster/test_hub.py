@@ -117,7 +117,7 @@ def test_workers_that_raise_end_the_servers_and_the_scheduler_without_a_launcher
 
 
 @pytest.mark.slow
-def test_a_killed_worker_ends_the_job_within_the_stall_timeout_without_a_launcher(tmp_path):
+def test_a_killed_worker_ends_the_job_soon_after_the_stall_timeout_without_a_launcher(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     worker = [sys.executable, str(ROOT / "tests" / "workers" / "module_worker.py"), "--out", str(out),
@@ -129,6 +129,6 @@ def test_a_killed_worker_ends_the_job_within_the_stall_timeout_without_a_launche
     killed = time.time()
     left, outs = _wait_all(procs, 40)
     assert not left, "still running 40 s after the kill: %s\n%s" % (left, "\n".join(outs.values())[-3000:])
-    assert time.time() - killed < 30
+    assert time.time() - killed < 8 + 10 + 10  # the stall timeout, the hub's BEHIND, and some slack
     assert "has been silent" in outs["scheduler"], outs["scheduler"][-2000:]
     assert procs["server"].returncode != 0 and procs["worker0"].returncode != 0
