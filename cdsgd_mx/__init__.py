@@ -51,13 +51,14 @@ def _serve_if_a_node():
 
 
 def _one_line_config_errors():
-    """A bad setting that reaches the top of a script (a store's name or options, a Trainer's
-    argument) prints as the one line that names it, not as a traceback into our code."""
+    """A bad store name or option from the environment (CDSGD_OPTIONS, worker/doors.py) that
+    reaches the top of a script prints as the one line that names it: the script itself has
+    nothing to fix, so a traceback into MXNet's factory would only hide the line. (Other
+    ConfigErrors keep their traceback: they point at the script's own call.)"""
     previous = _sys.excepthook
 
     def hook(kind, value, tb):
-        config = _sys.modules.get("cdsgd_mx.worker.config")  # (no ConfigError can exist before it loads)
-        if config is not None and isinstance(value, config.ConfigError):
+        if getattr(value, "from_environment", False):
             _sys.stderr.write("cdsgd_mx: %s\n" % value)
             _sys.stderr.flush()
             return

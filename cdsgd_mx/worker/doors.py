@@ -96,16 +96,21 @@ def store_arguments(options):
 
 
 def create(name):
-    """The store mx.kv.create(name) gives for one of our names."""
+    """The store mx.kv.create(name) gives for one of our names. A bad option is a ConfigError
+    marked from_environment: at the top of a script it prints as one line (cdsgd_mx/__init__.py)."""
     from cdsgd_mx.worker.kvstore import CDSGD
-    options = options_from_environment()
-    asked = NAMES.get(name)
-    if asked is not None and options.get("algorithm", asked) != asked:
-        raise ConfigError("%s names algorithm %r, but %s sets algorithm=%r: drop one of them"
-                          % (name, asked, ENV, options["algorithm"]))
-    if asked is not None:
-        options["algorithm"] = asked
-    return CDSGD(**store_arguments(options))
+    try:
+        options = options_from_environment()
+        asked = NAMES.get(name)
+        if asked is not None and options.get("algorithm", asked) != asked:
+            raise ConfigError("%s names algorithm %r, but %s sets algorithm=%r: drop one of them"
+                              % (name, asked, ENV, options["algorithm"]))
+        if asked is not None:
+            options["algorithm"] = asked
+        return CDSGD(**store_arguments(options))
+    except ConfigError as e:
+        e.from_environment = True
+        raise
 
 
 def register():
