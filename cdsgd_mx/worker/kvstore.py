@@ -2,6 +2,7 @@
 the one-step delayed local update, over one native dist_sync kvstore per worker.
 
     kv = mx.kv.create('cdsgd')            # defaults: cdsgd on dist_sync, see CDSGD.__init__
+    kv = mx.kv.create('dist_sync_odsgd')  # named algorithm, options from CDSGD_OPTIONS (doors.py)
     kv = cdsgd_mx.CDSGD(algorithm='odsgd', kvstore='local')
 
 Parameters are fused into buckets (buckets.py): the parameters of one broadcast() call are laid
@@ -57,8 +58,10 @@ class CDSGD(KVStoreBase):
     k: k-step correction period of cdsgd: every k-th step after warm-up pushes fp32 (default 5)
     warmup_steps: steps of plain S-SGD first (default 0 here; the Trainer documents its own)
     threshold: 2-bit quantization threshold (default 0.5, MXNet's default)
-    kvstore: 'dist_sync' (the parameter server; default), an existing mx.kv.create('dist_sync')
-        store (wrapped: it must not have gradient compression set), or 'local' / None (one process)
+    kvstore: 'dist_sync' (the parameter server; default; MXNet's other names for it, 'dist',
+        'dist_sync_device' and 'dist_device_sync', run the same), an existing store of one of
+        those types (wrapped: it must not have gradient compression set), or 'local' / None
+        (one process)
     local_optimizer, local_optimizer_params: the optimizer of the local update (default plain
         'sgd' with the global learning rate; eq. 11 of the paper)
     trace: path of a chrome-trace JSON file written by save_trace() (None: no tracing)
