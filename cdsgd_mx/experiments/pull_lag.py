@@ -32,19 +32,18 @@ def global_flat(kv):
     return np.concatenate([kv.global_weights(k).asnumpy().reshape(-1) for bset in kv.bucket_sets for k in bset.keys])
 
 
+def _v_of(bset, key, v):
+    """Parameter `key`'s V, flat, from its bucket set's V (its slices may be several pieces)."""
+    out = np.empty(int(np.prod(bset.shapes[key])), np.float32)
+    for s in bset.slots:
+        if s.key == key:
+            out[s.begin:s.end] = v[s.offset:s.offset + s.size]
+    return out
+
+
 def v_flat(kv):
     """The workers' V, flattened in the same order as global_flat."""
-    parts = []
-    for bset in kv.bucket_sets:
-        v = bset.copy.values()
-        for key in bset.keys:
-            n = int(np.prod(bset.shapes[key]))
-            vk = np.empty(n, np.float32)
-            for s in bset.slots:
-                if s.key == key:
-                    vk[s.begin:s.end] = v[s.offset:s.offset + s.size]
-            parts.append(vk)
-    return np.concatenate(parts)
+    return np.concatenate([_v_of(bset, key, bset.copy.values()) for bset in kv.bucket_sets for key in bset.keys])
 
 
 def lag_per_parameter(kv, names):
@@ -54,12 +53,8 @@ def lag_per_parameter(kv, names):
         v = bset.copy.values()
         for key in bset.keys:
             w = kv.global_weights(key).asnumpy().reshape(-1)
-            vk = np.empty_like(w)
-            for s in bset.slots:
-                if s.key == key:
-                    vk[s.begin:s.end] = v[s.offset:s.offset + s.size]
             norm = float(np.linalg.norm(w))
-            out[names[key]] = float(np.linalg.norm(w - vk)) / norm if norm else 0.0
+            out[names[key]] = float(np.linalg.norm(w - _v_of(bset, key, v))) / norm if norm else 0.0
     return out
 
 
