@@ -35,6 +35,10 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
               rounds and its both-ways round (2-bit pull) on odd ones, in one job: a BIT-SGD
               Trainer with pull_compression='2bit' whose even rounds pull W (the servers then copy
               V := W, which today's round does not: the one-way figure is a little high)
+  ssgd_percall, bitsgd_percall (not in the default list) gluon.Trainer given our store
+              (cdsgd_mx.CDSGD): one pushpull per parameter, as Module and fit.py scripts hand a
+              step over, collected into buckets by the store (worker/fusion.py); printed under the
+              table beside the Trainer's own figure from its job (run ssgd / bitsgd too)
   fp32 bound  W * (4 B pushed + 4 B pulled) * values / link rate: what the wire alone needs
   2bit bound  W * (0.25 B pushed + 4 B pulled) * values / link rate (no bound for `none`)
   both bound  W * (0.25 B pushed + 0.25 B pulled) * values / link rate: 2 bits both ways
@@ -57,9 +61,10 @@ from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable
 from cdsgd_mx.bench import mark_fresh
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
-EXTRA_SYSTEMS = ["paired", "paired_pull"]   # asked for by name; printed under the table
+EXTRA_SYSTEMS = ["paired", "paired_pull", "ssgd_percall", "bitsgd_percall"]   # asked for by name; printed under the table
 OURS = ("ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit")
-OUR_JOBS = OURS + ("paired", "paired_pull")  # jobs on the project's server
+PER_CALL = ("ssgd_percall", "bitsgd_percall")  # gluon.Trainer with our store: one pushpull per parameter, as Module
+OUR_JOBS = OURS + ("paired", "paired_pull") + PER_CALL  # jobs on the project's server
 PAIRED = {"paired": (("ssgd", "none"), ("bitsgd", "none")),  # (even round, odd round): (algorithm, pull)
           "paired_pull": (("bitsgd", "none"), ("bitsgd", "2bit"))}
 BATCH = 32            # only rescales the gradients (rescale_grad = 1/batch)
@@ -137,8 +142,12 @@ def worker(args):
             if args.trace:
                 extra["trace"] = trace_path(args.trace, args.models, args.link, args.system,
                                             os.environ.get("CDSGD_LAUNCH_INDEX", "0"))
-            trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync",
-                                       algorithm=algorithm, warmup_steps=0, k=5, **extra)
+            if args.system in PER_CALL:  # the door of Module and gluon.Trainer: one parameter per call
+                store = cdsgd_mx.CDSGD(algorithm=args.system.replace("_percall", ""), warmup_steps=0, k=5, **extra)
+                trainer = mx.gluon.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore=store)
+            else:
+                trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync",
+                                           algorithm=algorithm, warmup_steps=0, k=5, **extra)
             if args.system in PAIRED:
                 from cdsgd_mx.worker.schedule import InterleavedSchedule
                 trainer.kvstore.schedule = InterleavedSchedule(k=5)
@@ -153,7 +162,7 @@ def worker(args):
             trainer.step(BATCH)
             mx.nd.waitall()
 
-    pushed = lambda: trainer.kvstore.bytes_pushed if args.system in OUR_JOBS else 0
+    pushed = lambda: trainer._kvstore.bytes_pushed if args.system in OUR_JOBS else 0
     for _ in range(WARMUP_ROUNDS):
         one_round()
     if args.system.startswith("cdsgd"):
@@ -437,6 +446,14 @@ def print_table(args, infos, results):
                     if s in res and res[s].get("bytes_per_round") is not None]
             if sent:
                 notes.append("%s %s pushed per round per worker: %s" % (model, link, ", ".join(sent)))
+            for system in PER_CALL:
+                p, fused = res.get(system), res.get(system.replace("_percall", ""))
+                if p and "ms" in p:
+                    notes.append("%s %s %s (gluon.Trainer / Module's one pushpull per parameter): %.1f ms%s"
+                                 % (model, link, system, p["ms"], ", %.2fx cdsgd_mx.Trainer's %.1f ms in its own job"
+                                    % (p["ms"] / fused["ms"], fused["ms"]) if fused and "ms" in fused else ""))
+                elif p and "error" in p:
+                    notes.append("%s %s %s failed: %s" % (model, link, system, p["error"]))
             for system, (even, odd) in (("paired", ("ssgd", "bitsgd")), ("paired_pull", ("bitsgd", "bitsgd_2bit"))):
                 p = res.get(system)
                 if p and "ratio" in p:

@@ -23,7 +23,7 @@ ENV, ENV_FILE = "CDSGD_OPTIONS", "CDSGD_OPTIONS_FILE"
 # option -> how its text is read (what CDSGD's constructor takes, and local_lr for the local rate)
 OPTIONS = {"algorithm": str, "k": int, "warmup_steps": int, "threshold": float, "local_optimizer": str,
            "local_lr": float, "local_momentum": float, "nonfinite": str, "bucket_size": int,
-           "pull_compression": str, "resync_every": int, "trace": str}
+           "pull_compression": str, "resync_every": int, "trace": str, "fuse_calls": int}
 NAMES = {"dist_sync_" + alg: alg for alg in ALGORITHMS}  # + 'cdsgd', whose algorithm comes from the options
 
 
@@ -39,6 +39,9 @@ def _parse(key, value, source):
                                                              value)) from None
     elif kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
+    if key == "fuse_calls" and value not in (0, 1):
+        raise ConfigError("%s: fuse_calls must be 1 (collect one-parameter calls into buckets) or 0, got %r"
+                          % (source, value))
     return value
 
 

@@ -25,6 +25,7 @@ def save(kv, fname, extra=None):
     set's files are removed, and the last complete set stays what FNAME names."""
     if kv.aggregate:
         raise ConfigError(AGGREGATE_CHECKPOINT)
+    kv._fuse_fresh()  # (parameters that came one per call and have not stepped: saved as they will train)
     kv.wait_all()
     kv._ensure_registered()
     fname = os.path.abspath(fname)
@@ -58,6 +59,7 @@ def load(kv, fname):
     if kv.aggregate:
         raise ConfigError(AGGREGATE_CHECKPOINT)
     fname = os.path.abspath(fname)
+    kv._fuse_fresh()  # the layout the checkpoint was saved in, when the parameters came one per call
     manifest = checkpoint.read_manifest(fname)
     sid = manifest["id"]
     _check_manifest(kv, fname, manifest)

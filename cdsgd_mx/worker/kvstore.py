@@ -39,6 +39,7 @@ from cdsgd_mx.worker.backends import DistBackend
 from cdsgd_mx.worker.compression import Compressor
 from cdsgd_mx.worker.config import (DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, ConfigError, check_config,
                                     existing_dist_sync, store_name)
+from cdsgd_mx.worker.fusion import CallFusion
 from cdsgd_mx.worker.gluon_rules import GluonRules
 from cdsgd_mx.worker.local_update import LocalUpdate
 from cdsgd_mx.wire.pull_compression import down_size, relative_error
@@ -85,10 +86,11 @@ class CDSGD(KVStoreBase):
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
                  local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error",
                  bucket_size=bucketing.DEFAULT_BUCKET_SIZE, aggregate=False, pull_compression="none",
-                 resync_every=DEFAULT_RESYNC_EVERY):
+                 resync_every=DEFAULT_RESYNC_EVERY, fuse_calls=True):
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
                      pull_compression, resync_every)
         self.pull_compression = pull_compression
+        self.fuse_calls = bool(fuse_calls)
         self.resync_every = int(resync_every)
         self.aggregate = bool(aggregate)
         self.nonfinite = nonfinite
@@ -129,6 +131,7 @@ class CDSGD(KVStoreBase):
         self.tracer = Tracer(trace, pid=self._backend.rank)
         self.rounds = RoundRunner(self._backend, self._schedule, self.threshold, self.tracer, self._names)
         self.engine = StepEngine(self.rounds, self.local, self.tracer, self.aggregate)  # Algorithm 1's timing
+        self.fusion = CallFusion(self)  # one-parameter calls (Module, gluon.Trainer) collected into buckets
         self.rules = GluonRules(self._backend, self.local, self._names, self.algorithm in DELAYED, self.wait_all)
         atexit.register(self._at_exit)  # stop the communication thread before MXNet shuts down (once it exists)
 
@@ -231,7 +234,8 @@ class CDSGD(KVStoreBase):
                 raise ValueError("parameter %s was already initialized" % k)
             shapes[k] = tuple(v.shape)
         plan = bucketing.plan([(k, int(np.prod(shapes[k]))) for k in keys], self.bucket_size, self.num_workers,
-                              self._backend.num_servers, self._keys, first_state=len(self._slots()))
+                              self._backend.num_servers, self._keys,
+                              first_state=len(self._slots()) + self.fusion.abandoned)
         # the buffers live on the first device's context (its gradients are then bound to
         # grad_buf); on a GPU comm_buf, the proofs and the wire stay on the host and the
         # codec runs on the device (device-resident buckets, buckets.py; CDSGD_DEVICE_PATH=1
@@ -292,43 +296,50 @@ class CDSGD(KVStoreBase):
         stale = None if stale is None else set(stale)
         if self._optimizer is None and not self.aggregate:
             raise RuntimeError("set_optimizer() must be called before pushpull()")
-        sets = []
         for k in keys:
-            bset = self._set_of.get(k)
-            if bset is None:
+            if k not in self._set_of:
                 raise KeyError("parameter %s was not initialized with broadcast()" % k)
-            if bset not in sets:
-                sets.append(bset)
-        given = set(keys)
-        for bset in sets:
-            missing = [k for k in bset.keys if k not in given]
-            if missing:
-                raise ValueError("parameters %s were fused into buckets with %s: push them all in one pushpull "
-                                 "call every step" % (self._names(missing), self._names([k for k in bset.keys if k in given])))
+        self._fuse_fresh()
         self._ensure_registered()
-        step, begins = self.engine.begin(sets)  # the training step: counted once, however many calls bring it
+        step, begins = self.engine.begin(keys)  # the training step: counted once, however many calls bring it
         if self._beats:
             heartbeat.set_phase("train")
         if self._beats and begins:  # steps begun: the watchdog compares them across workers
             heartbeat.set_step(self._calls, self.rank)
-        if not begins and self.nonfinite == "skip":
-            raise ConfigError("nonfinite='skip' drops a whole step on every worker, so it needs the step's parameters in "
-                              "one pushpull call (cdsgd_mx.Trainer); this step came in several calls (Module or "
-                              "gluon.Trainer push one parameter per call): use nonfinite='error' there")
+        if begins:
+            replanned = self.fusion.end_of_step(step)  # sets the step before left waiting for parameters
+            if replanned:
+                self._ensure_registered()
+                self._run(replanned, step - 1, None, self._update_of_step)
+            self._update_of_step = self._updates  # one update per step, not per call
+            self._updates += 1
+        sets = []  # (after end_of_step: it may have planned the keys' sets again)
+        for k in keys:
+            if self._set_of[k] not in sets:
+                sets.append(self._set_of[k])
         grads = dict(zip(keys, grads))
         for bset in sets:
             bset.outs.update((k, o) for k, o in zip(keys, outs) if k in bset.outs)
-            bset.gather({k: grads[k] for k in bset.keys})
+            bset.gather({k: grads[k] for k in bset.keys if k in grads})
             if stale:
                 bset.zero_grad([k for k in bset.keys if k in stale])
+        complete = self.fusion.collect(sets, keys)  # a set steps once all its parameters are in
+        if complete and len(complete) != len(self._sets) and self.nonfinite == "skip":
+            raise ConfigError("nonfinite='skip' drops a whole step on every worker, so it needs the step's parameters "
+                              "in one bucket set; this step's are in several (pushed by several calls): use "
+                              "nonfinite='error' there")
+        if complete:
+            self._run(complete, step, stale, self._update_of_step)
+
+    def _run(self, sets, step, stale, update):
+        """Step `step` of the bucket sets whose gradients are all gathered: the non-finite
+        policy, gluon's rules, then Algorithm 1's step."""
         if self._nonfinite.apply(sets, step, self.tracer):
+            self._updates -= 1  # a skipped step is no update (its sets are the whole step: checked above)
             return
-        if begins:  # one update per step, not per call
-            self._update_of_step = self._updates
-            self._updates += 1
         held = {}
         if not self.aggregate:  # (aggregate: the workers' own optimizer does all this)
-            self.rules.follow(sets, step, self._update_of_step)
+            self.rules.follow(sets, step, update)
             held = self.rules.held(self._sets, sets, stale, step) if stale is not None else {}
         for bset in sets:
             self.engine.step(bset, held.get(bset, ()))
@@ -365,7 +376,13 @@ class CDSGD(KVStoreBase):
         return {"algorithm": self.algorithm, "k": self.k, "warmup_steps": self.warmup_steps,
                 "threshold": self.threshold, "nonfinite": self.nonfinite, "bucket_size": self.bucket_size,
                 "aggregate": self.aggregate, "pull_compression": self.pull_compression,
-                "resync_every": self.resync_every}
+                "resync_every": self.resync_every, "fuse_calls": self.fuse_calls}
+
+    def _fuse_fresh(self):
+        """Before the first step (or a checkpoint's load): parameters broadcast one per call
+        (Module, gluon.Trainer) become one bucket set (fusion.py)."""
+        if not self._agreed and self.fuse_calls:
+            self.fusion.fuse_fresh()
 
     def _ensure_registered(self):
         """Before the first step of new bucket sets: the start-up agreement check (once), then

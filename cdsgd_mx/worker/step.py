@@ -12,7 +12,7 @@ W(t) (checkpoints read and restore them through position/resume), and the traini
 job is at (begin): one count per step through every door, whether a step's parameters come in
 one pushpull call (cdsgd_mx.Trainer) or one call per parameter (Module, gluon's own Trainer).
 
-API: StepEngine(rounds, local, tracer, aggregate).begin(sets) / steps / step(bset, held) / finish_step() /
+API: StepEngine(rounds, local, tracer, aggregate).begin(keys) / steps / step(bset, held) / finish_step() /
 wait_all(sets) / close() / position(bset) / resume(bset, t, in_flight); driven_by_trainer;
 comm (the communication thread).
 """
@@ -34,19 +34,19 @@ class StepEngine:
         self._t = {}                    # bucket set -> its next step (the schedule's t)
         self._in_flight = {}            # bucket set -> the flush after which W(t) is (being) pulled into comm_buf
         self.steps = 0                  # training steps begun (a checkpoint restores it)
-        self._stepped = set()           # the bucket sets stepped in the current training step
+        self._stepped = set()           # the parameters (keys) brought in the current training step
 
-    def begin(self, sets):
-        """The training step that a pushpull call of these bucket sets belongs to: (t, whether
-        this call begins it). A step steps every set once; a call that brings a set already
-        stepped in the current step begins the next one. So the learning-rate schedule, warm-up,
+    def begin(self, keys):
+        """The training step that a pushpull call of these parameters belongs to: (t, whether
+        this call begins it). A step brings every parameter once; a call that brings one already
+        brought in the current step begins the next one. So the learning-rate schedule, warm-up,
         k-step correction, heartbeats and checkpoints count steps, not calls, whether a step
         comes in one call or in one call per parameter (MXNet's Module pushes them one by one)."""
-        begins = not self._stepped or not self._stepped.isdisjoint(sets)
+        begins = not self._stepped or not self._stepped.isdisjoint(keys)
         if begins:
             self.steps += 1
             self._stepped = set()
-        self._stepped.update(sets)
+        self._stepped.update(keys)
         return self.steps - 1, begins
 
     def restart_steps(self, steps):
