@@ -44,7 +44,7 @@ def expected_local_rates(local_start, lr=0.2):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["cdsgd", "odsgd"])
+@pytest.mark.parametrize("algorithm", ["cdsgd", "odsgd", "bitsgd"])
 def test_module_counts_steps_not_calls_and_equals_one_call_per_step(tmp_path, algorithm):
     """mod.fit pushes one parameter per call (4 here): the schedule, the step count and the
     weights must be those of the same Module stepped with one call per step. Before issue 39 the
@@ -64,6 +64,7 @@ def test_module_counts_steps_not_calls_and_equals_one_call_per_step(tmp_path, al
             np.testing.assert_array_equal(np.array(module[r]["params"][name], np.float32),
                                           np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
     assert module[0]["type"] == "cdsgd_dist_sync"
+    assert module[0]["sets"] == 1  # Module's one-parameter calls, collected into one bucket set
 
 
 @pytest.mark.slow
