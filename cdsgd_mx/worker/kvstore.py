@@ -71,8 +71,11 @@ class CDSGD(KVStoreBase):
         that step on every worker (the workers vote each step, one small push and pull), as if
         its batch never came
     bucket_size: values per fused bucket (default 2^20; docs/performance.md has the
-        measurements behind it). The parameters of one broadcast() call are fused; pushpull
-        must then hand them over together, every step.
+        measurements behind it). The parameters of one broadcast() call are fused, and
+        parameters broadcast one per call (Module, gluon.Trainer) are fused together at the
+        first pushpull; every step must bring each of them once
+    fuse_calls: False keeps a bucket set per one-parameter broadcast() (exact from the first
+        step where some parameters are never pushed; slower: a round per parameter)
     aggregate: the servers only sum the gradients and pushpull's out gets the sum (gluon's
         update_on_kvstore=False: the workers update, e.g. after clipping the sum); 'ssgd'
         (fp32) or 'bitsgd' (2-bit codes with error feedback, decoded and summed on the servers)
@@ -282,8 +285,10 @@ class CDSGD(KVStoreBase):
         return self._set_of[key].grad_views[key]
 
     def pushpull(self, key, value, out=None, priority=0, stale=None):
-        """One step of the parameters `key` (one or a list): every parameter of a bucket set
-        (one broadcast() call) must come in the same call, every step. A key's value and out
+        """One step of the parameters `key` (one or a list). A bucket set steps once every one of
+        its parameters has come in this step, in one call or in several (Module and gluon.Trainer
+        hand one parameter per call: fusion.py); a call that brings a parameter already brought
+        in this step begins the next one. A key's value and out
         may be lists, one array per device of this worker: the gradients are summed into one
         push (as MXNet's kvstore reduces locally) and every device gets the new weights.
         stale: None, or the keys whose gradient backward did not write on this worker since

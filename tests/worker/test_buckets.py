@@ -132,20 +132,27 @@ def test_gradients_are_bound_to_the_buckets_and_each_step_works_per_bucket(monke
     assert calls["copy"] == 4 * (2 + len(plist))
 
 
-def test_a_fused_parameter_pushed_alone_is_refused():
+def test_a_fused_parameter_left_out_of_a_step_is_refused():
+    """A bucket set steps once all its parameters are in (one call, or one per parameter as
+    Module does: issue 39); a step that leaves some out, after they were pushed, stops, naming
+    them (before issue 39 a call without them was refused at once)."""
     params, plist = _params(SHAPES)
     kv = cdsgd_mx.CDSGD(algorithm="ssgd", kvstore="local")
     kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1))
     kv.broadcast(list(range(len(plist))), [p.data() for p in plist], [p.data() for p in plist])
-    with pytest.raises(ValueError, match="p1, p4 were fused into buckets with p0, p2, p3"):
-        kv.param_names = [p.name for p in plist]
-        kv.pushpull([0, 2, 3], [plist[i].grad() for i in (0, 2, 3)], out=[plist[i].data() for i in (0, 2, 3)])
+    kv.param_names = [p.name for p in plist]
+    kv.pushpull(list(range(len(plist))), [p.grad() for p in plist], out=[p.data() for p in plist])
+    kv.pushpull([0, 2, 3], [plist[i].grad() for i in (0, 2, 3)], out=[plist[i].data() for i in (0, 2, 3)])
+    with pytest.raises(ValueError, match="parameters p1, p4 were pushed at earlier steps but not at step 1"):
+        kv.pushpull([0], [plist[0].grad()], out=[plist[0].data()])
 
 
-def test_one_parameter_at_a_time_still_works_unfused():
-    """The plain KVStore API: broadcast and pushpull per key (each key its own bucket set)."""
+@pytest.mark.parametrize("fuse_calls", [False, True])
+def test_one_parameter_at_a_time_still_works(fuse_calls):
+    """The plain KVStore API: broadcast and pushpull per key; each key its own bucket set with
+    fuse_calls=False, one set for all of them by default (issue 39), the same weights."""
     params, plist = _params(SHAPES)
-    kv = cdsgd_mx.CDSGD(algorithm="bitsgd", kvstore="local", threshold=0.5)
+    kv = cdsgd_mx.CDSGD(algorithm="bitsgd", kvstore="local", threshold=0.5, fuse_calls=fuse_calls)
     kv.set_optimizer(mx.optimizer.SGD(learning_rate=1.0))
     for i, p in enumerate(plist):
         kv.broadcast(i, p.data(), out=p.data())
@@ -154,7 +161,7 @@ def test_one_parameter_at_a_time_still_works_unfused():
     kv.wait_all()
     for i, p in enumerate(plist):
         np.testing.assert_allclose(p.data().asnumpy(), 0.1 * (i + 1) - 0.5, rtol=1e-6)
-    assert len(kv.bucket_sets) == len(plist)
+    assert len(kv.bucket_sets) == (1 if fuse_calls else len(plist))
 
 
 OPTIMIZERS = [("sgd", {"learning_rate": 0.5, "momentum": 0.9, "wd": 0.01}), ("sgd", {"learning_rate": 0.5}),
