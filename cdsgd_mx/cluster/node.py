@@ -46,6 +46,18 @@ def main(argv=None):
     if not secret:  # the launcher is gone already (or is not ours): start nothing
         sys.exit("cdsgd_mx.cluster.node: no job secret on standard input; not starting %s" % argv[0])
     env, fd = handed_over(secret, os.environ)
+    child = None
+
+    def stop(*_):
+        if child is None:  # the command is being started: it is (or will be) in our group, which goes
+            os.killpg(0, signal.SIGKILL)
+        stop_group(child)
+
+    # before the command exists and before the watcher can signal: a SIGTERM or SIGHUP that came
+    # while Python's default action was still in place ended this wrapper and left the command
+    # running without it (seen under load when the launcher died during start-up)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, pass_fds=(fd,))
     os.close(fd)
 
@@ -63,8 +75,6 @@ def main(argv=None):
             signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
 
     threading.Thread(target=watch_connection, daemon=True).start()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stop_group(child))
     code = child.wait()
     # os._exit: the watcher thread is blocked reading stdin, which interpreter shutdown would
     # wait on (a fatal error); killed by signal N: 128 + N, as a shell says
