@@ -150,11 +150,7 @@ def watch_self():
             over = stalled_wait()
             if over:
                 what, waited, name, limit = over
-                sys.stderr.write("cdsgd_mx %s%s: stalled: waited %.0f s for %s (%s=%g s); exiting\n" % (
-                    node_label(), "" if _node.rank is None else " (rank %d)" % _node.rank, waited, what, name, limit))
-                sys.stderr.flush()
-                sys.stdout.flush()
-                os._exit(EXIT_STALL)  # no cleanup: it could block on the very network it waited for
+                _end("stalled: waited %.0f s for %s (%s=%g s)" % (waited, what, name, limit), EXIT_STALL)
 
     _node.watcher = threading.Thread(target=watch, name="cdsgd-self-watch", daemon=True)
     _node.watcher.start()
@@ -253,18 +249,20 @@ def _beat_to_hub(sock, secret):
             if answer and answer.get("node") == "scheduler":
                 _node.heard = time.monotonic()
                 if answer.get("verdict") == "stop":
-                    _end("the job failed: %s" % answer.get("why", "?"))
+                    _end("the job failed: %s" % answer.get("why", "?"), EXIT_STOPPED)
         stall, start_limit = _node.limits
         limit = start_limit if _node.phase == "start" else stall
         if limit and time.monotonic() - _node.heard > limit:
             _end("the scheduler's hub has not answered for %.0f s (%s=%g s): the job cannot go on"
                  % (time.monotonic() - _node.heard, START_TIMEOUT if _node.phase == "start" else STALL_TIMEOUT,
-                    limit))
+                    limit), EXIT_STOPPED)
 
 
-def _end(why):
+def _end(why, code):
+    """End this node at once, in one line naming it and why (no cleanup: it could block on the
+    very network it waited for)."""
     sys.stderr.write("cdsgd_mx %s%s: %s; exiting\n" % (node_label(), "" if _node.rank is None else " (rank %d)"
                                                         % _node.rank, why))
     sys.stderr.flush()
     sys.stdout.flush()
-    os._exit(EXIT_STOPPED)
+    os._exit(code)

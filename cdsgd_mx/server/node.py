@@ -225,7 +225,7 @@ class ServerState:
     def receive(self, cmd_id, body):
         """A controller message from the network: act on it only if it is the job's."""
         try:  # nothing before the MAC check may end the server: anyone can send this
-            text = body.decode("latin1") if isinstance(body, bytes) else str(body)
+            text = message_text(body)
             if cmd_id == CONTROLLER_COMMAND_ID and text == START_MESSAGE:
                 self.started = True  # a cdsgd_mx worker of the job has begun
                 return  # nothing to do: the controller has installed the updater (_controller)
@@ -363,9 +363,14 @@ def _controller(state, kv):
     return controller
 
 
+def message_text(body):
+    """A controller message's body as text (bytes read as latin1: every byte maps to a character)."""
+    return body.decode("latin1") if isinstance(body, bytes) else str(body)
+
+
 def _ours(cmd_id, body):
     """A controller message our workers send (their start or a command), MAC not yet checked."""
-    text = body.decode("latin1") if isinstance(body, bytes) else str(body)
+    text = message_text(body)
     return cmd_id == CONTROLLER_COMMAND_ID and (text == START_MESSAGE or text.startswith(COMMAND_PREFIX))
 
 

@@ -31,7 +31,7 @@ def save(kv, fname, extra=None):
     fname = os.path.abspath(fname)
     token = checkpoint.new_token() if kv.rank == 0 else (0, 0)
     rows, _ = kv._backend.exchange([0, 0, token[0], token[1]])  # rank 0's token for everyone
-    sid = checkpoint.save_id(kv._calls, rows[0, 2:4])
+    sid = checkpoint.save_id(kv.steps_done, rows[0, 2:4])
     kv._backend.command({"op": "save", "path": fname, "id": sid})  # returns once every server wrote
     path = checkpoint.file_path(fname, sid, "worker%d" % kv.rank)
     own = _attempt("write", path, lambda: checkpoint.write_file(path, sid, _worker_state(kv)))
@@ -93,14 +93,14 @@ def _worker_state(kv):
         t, in_flight = kv.engine.position(bset)
         sets.append({"layout": bset.layout(), "t": t, "in_flight": in_flight, "comm_buf": bset.comm_buf.asnumpy(),
                      "residual": bset.residual_values(), "copy": bset.copy_values()})
-    return pickle.dumps({"config": job_config(kv), "params": params, "sets": sets, "steps": (kv._calls, kv._updates),
+    return pickle.dumps({"config": job_config(kv), "params": params, "sets": sets, "steps": (kv.steps_done, kv._updates),
                          "local": kv.local.get_states()})
 
 
 def _manifest(kv, fname, sid, extra):
     nodes = ["worker%d" % r for r in range(kv.num_workers)] + \
             ["server%d" % s for s in range(kv._backend.num_servers)]
-    return {"step": kv._calls, "config": job_config(kv), "extra": extra or {},
+    return {"step": kv.steps_done, "config": job_config(kv), "extra": extra or {},
             "param_names": list(kv.param_names) if kv.param_names else None,
             "optimizer": optimizer_spec.summary(kv._optimizer) if kv._optimizer else None,
             "files": [os.path.basename(checkpoint.file_path(fname, sid, n)) for n in nodes]}
@@ -200,9 +200,10 @@ def _restore(kv, worker):
         for b in bset.buckets:
             weights[b.weight_key] = mx.nd.array(flat[b.offset:b.offset + b.size])
     kv._backend.assign(weights)
-    kv._calls, kv._updates = worker["steps"]  # the local rate's schedule goes on where it was
+    steps, kv._updates = worker["steps"]  # the local rate's schedule goes on where it was
+    kv.engine.restart_steps(steps)
     if kv._beats:
-        heartbeat.set_resumed(kv._calls)  # a restarted job tells the launcher where it resumed
+        heartbeat.set_resumed(kv.steps_done)  # a restarted job tells the launcher where it resumed
     for bset, saved in zip(kv._sets, sets):
         bset.comm_buf[:] = saved["comm_buf"]
         for b in bset.buckets:

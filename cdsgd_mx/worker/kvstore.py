@@ -310,7 +310,7 @@ class CDSGD(KVStoreBase):
         if self._beats:
             heartbeat.set_phase("train")
         if self._beats and begins:  # steps begun: the watchdog compares them across workers
-            heartbeat.set_step(self._calls, self.rank)
+            heartbeat.set_step(self.engine.steps, self.rank)
         if begins:
             replanned = self.fusion.end_of_step(step)  # sets the step before left waiting for parameters
             if replanned:
@@ -398,7 +398,7 @@ class CDSGD(KVStoreBase):
             self._agreed = True
         for bset in self._sets[self._registered:]:
             if not self.aggregate:
-                self.rules.set_multipliers(bset, self._calls)
+                self.rules.set_multipliers(bset, self.engine.steps)
         new = [b for bset in self._sets[self._registered:] for b in bset.buckets]
         if new:
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)
@@ -416,14 +416,6 @@ class CDSGD(KVStoreBase):
         pushpull call or one per parameter), counting those a checkpoint restored: where a
         resumed script's data loop goes on."""
         return self.engine.steps
-
-    @property
-    def _calls(self):  # (the name checkpoints use for it)
-        return self.engine.steps
-
-    @_calls.setter
-    def _calls(self, steps):
-        self.engine.restart_steps(steps)
 
     def push_bytes_of_step(self, t):
         """Bytes this worker pushes at step t by the schedule and the buckets (what a round
