@@ -141,6 +141,13 @@ def pull_scales(w, v, pieces):
     return _native.pull_scales(_array(w, False), _array(v, False), pieces)
 
 
+def pull_target(w, prev, target, lookahead, threads=None):
+    """Where a compressed pull aims: target = w + lookahead * (w - prev) in float32 (each
+    operation rounded, as numpy's), then prev = w, in one pass. CPU only."""
+    _native.pull_target(_array(w, False), _array(prev, True), _array(target, True), np.float32(lookahead),
+                        _threads(threads))
+
+
 def pull_encode(w, v, pieces, wire, threads=None):
     """The server's encode of a 2-bit pull (pull_compression.py), in two passes: the steps s
     of the pieces [(begin, end)] (pull_scales), then for each value of a piece code = +1 where

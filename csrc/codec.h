@@ -81,6 +81,13 @@ void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t np
 void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64_t npieces, uint32_t* wire,
                  int threads);
 
+// Where a compressed pull aims (issue 40): V would stay about one update behind W (0.8 under SGD
+// with momentum 0.9), and under momentum the workers' gradients at the lagging V cost accuracy;
+// the server encodes toward target = w + lookahead * (w - prev), W plus the part of its next
+// update that its last one predicts (lookahead = the optimizer's momentum), in one pass that
+// also sets prev = w. float32, two roundings (built with -ffp-contract=off).
+void pull_target(const float* w, float* prev, float* target, int64_t n, float lookahead, int threads);
+
 // A worker's decode, one pass: v += code * s per value, then out = v (out may be null). Checks
 // every wire word first: returns the number of invalid ones and changes nothing if there are any.
 int64_t pull_decode(const uint32_t* wire, float* v, float* out, int64_t n, const Piece* pieces, int64_t npieces,

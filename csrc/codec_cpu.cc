@@ -517,7 +517,21 @@ void pull_decode_segment(const uint8_t* digit, float* v, float* out, int64_t m, 
   }
 }
 
+CDSGD_CLONES
+void pull_target_range(const float* w, float* prev, float* target, int64_t b, int64_t e, float lookahead) {
+  for (int64_t i = b; i < e; ++i) {
+    const float x = w[i], d = lookahead * (x - prev[i]);
+    target[i] = x + d;  // (-ffp-contract=off: three roundings, as numpy's float32)
+    prev[i] = x;
+  }
+}
+
 }  // namespace
+
+void pull_target(const float* w, float* prev, float* target, int64_t n, float lookahead, int threads) {
+  parallel_for(n, kValueAlign, threads,
+               [&](int64_t b, int64_t e) { pull_target_range(w, prev, target, b, e, lookahead); });
+}
 
 void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t npieces, float* scales) {
   for (int64_t k = 0; k < npieces; ++k) {

@@ -359,6 +359,22 @@ std::vector<float> pull_encode(py::handle w, py::handle v, const std::vector<std
   return scales;
 }
 
+void pull_target(py::handle w, py::handle prev, py::handle target, float lookahead, int threads) {
+  View wv = view("w", kFloat32, w, false), pv = view("prev", kFloat32, prev, true),
+       tv = view("target", kFloat32, target, true);
+  check_size("prev", pv, wv.size, "same as w");
+  check_size("target", tv, wv.size, "same as w");
+  check_no_overlap("w", wv, wv.size * 4, "prev", pv, pv.size * 4);
+  check_no_overlap("w", wv, wv.size * 4, "target", tv, tv.size * 4);
+  check_no_overlap("prev", pv, pv.size * 4, "target", tv, tv.size * 4);
+  if (wv.gpu || pv.gpu || tv.gpu) throw py::value_error("pull_target runs on the CPU; got GPU arrays");
+  auto* wp = static_cast<const float*>(wv.data);
+  auto* pp = static_cast<float*>(pv.data);
+  auto* tp = static_cast<float*>(tv.data);
+  py::gil_scoped_release nogil;
+  cdsgd::pull_target(wp, pp, tp, wv.size, lookahead, threads);
+}
+
 int64_t pull_decode(py::handle wire, py::handle v, py::handle out,
                     const std::vector<std::pair<int64_t, int64_t>>& ranges, const std::vector<float>& scales,
                     int threads) {
@@ -611,6 +627,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("pull_scales", &pull_scales, py::arg("w"), py::arg("v"), py::arg("pieces"));
   m.def("pull_encode", &pull_encode, py::arg("w"), py::arg("v"), py::arg("pieces"), py::arg("wire"),
         py::arg("threads") = 0);
+  m.def("pull_target", &pull_target, py::arg("w"), py::arg("prev"), py::arg("target"), py::arg("lookahead"),
+        py::arg("threads"));
   m.def("pull_decode", &pull_decode, py::arg("wire"), py::arg("v"), py::arg("out"), py::arg("pieces"),
         py::arg("scales"), py::arg("threads") = 0);
   m.def("tags_match", &tags_match, py::arg("x"), py::arg("starts"), py::arg("macs"));

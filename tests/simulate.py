@@ -6,9 +6,10 @@ x(t) = W(t-1) - lr_loc * rescale * g(t-1). Pushes: fp32 in warm-up and for ssgd/
 for bitsgd after warm-up, for cdsgd codes unless (t - n) % k == 0.
 
 2-bit both ways (pull={"buckets": ..., "resync_every": R}): every worker holds V, not W. After the
-global update of a step that pushed codes and is not a re-sync (cdsgd: every compressed step;
-bitsgd: (t - n) % R != 0), per bucket (its parameters' pieces back to back, as the engine lays
-them out): e = W(t+1) - V; per piece p, s_p = 1.75 times the RMS of e over it
+global update of every step after warm-up (t >= n) that is not a re-sync (cdsgd: every step, its
+fp32 corrections too; bitsgd: R == 0, or (t - n) % R != 0), per bucket (its parameters' pieces back to back, as the engine lays
+them out): the aim A = W(t+1) + momentum * (W(t+1) - W(t)) in float32, except at cdsgd's
+corrections, whose aim is W(t+1); e = A - V; per piece p, s_p = 1.75 times the RMS of e over it
 (codec.pull_scales: the one operation shared with the code under test, since a float64 sum's
 last bits depend on its order; tests/codec/test_codec.py checks it against an exact sum); codes of
 e / s_p by the threshold rule at 1/2 (float32 division); V += code * s_p. Every other step: V = W(t+1). The worker's weights then come from V where they came
@@ -61,6 +62,7 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
         if s in dropped:
             continue
         comp = compressed(alg, t, n, k)
+        W_before = [a.copy() for a in W]
         grads, totals = [None] * P, [None] * P  # this step's gradients and their sums, then the updates
         for i in range(P):
             grads[i] = [grad_fn(x[r][i], r, s, i) for r in range(workers)]
@@ -100,7 +102,9 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
                     x[r][i] = held[i] - (local_rescale if lr_mult == 1.0 else f32(local_lr * lr_mult) * rescale) * \
                         grads[i][r]
             W[i] = W_next
-        held = pulled(W, held, pull, comp and pull is not None and (alg == "cdsgd" or (t - n) % pull["resync_every"]))
+        held = pulled(W, held, pull, pull is not None and t >= n and
+                      (alg == "cdsgd" or not pull["resync_every"] or (t - n) % pull["resync_every"]),
+                      W_before if comp else None, momentum)
         for i in range(P):
             if not delayed(alg, t, n) and totals[i] is not None:
                 for r in range(workers):
@@ -109,14 +113,18 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
     return (x, W) if pull is None else (x, W, held)
 
 
-def pulled(W, held, pull, compressed):
+def pulled(W, held, pull, compressed, W_before=None, momentum=0.0):
     """What the workers hold after a round: W itself, or with a compressed pull V + the codes of
-    W - V, bucket by bucket."""
+    A - V, bucket by bucket: A = W + momentum * (W - W_before) (the aim after a push of codes),
+    or W (after cdsgd's fp32 correction: W_before None)."""
     if not compressed:
         return [a.copy() for a in W]
     held = [a.copy() for a in held]
     for pieces in pull["buckets"]:
         w = np.concatenate([W[i].reshape(-1)[b:e] for i, b, e in pieces])
+        if W_before is not None:
+            w0 = np.concatenate([W_before[i].reshape(-1)[b:e] for i, b, e in pieces])
+            w = w + np.float32(momentum) * (w - w0)  # float32, each operation rounded
         v = np.concatenate([held[i].reshape(-1)[b:e] for i, b, e in pieces])
         e_ = w - v
         sizes = [e - b for _, b, e in pieces]

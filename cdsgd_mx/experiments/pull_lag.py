@@ -27,6 +27,12 @@ def mlp():
     return net
 
 
+def names_of(trainer):
+    """Parameter names by key: key i is the Trainer's parameter i (gluon sorts them; not the
+    order of collect_params, which labelled biases as weights here before)."""
+    return [p.name for p in trainer._params]
+
+
 def global_flat(kv):
     """Every parameter's W from the servers, flattened in key order."""
     return np.concatenate([kv.global_weights(k).asnumpy().reshape(-1) for bset in kv.bucket_sets for k in bset.keys])
@@ -58,7 +64,7 @@ def lag_per_parameter(kv, names):
     return out
 
 
-def run(algorithm, pull, steps, every, batch=64, seed=0):
+def run(algorithm, pull, steps, every, batch=64, seed=0, resync_every=0):
     import mxnet as mx
     from mxnet import autograd, gluon
 
@@ -71,13 +77,14 @@ def run(algorithm, pull, steps, every, batch=64, seed=0):
     net = mlp()
     net.initialize(mx.init.Xavier())
     params = net.collect_params()
-    names = list(params.keys())
     cut = int(0.6 * steps)
     sched = mx.lr_scheduler.MultiFactorScheduler(step=[cut], factor=0.1)
     trainer = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-4,
                                                "lr_scheduler": sched},
-                               kvstore="local", algorithm=algorithm, k=4, warmup_steps=20, pull_compression=pull)
+                               kvstore="local", algorithm=algorithm, k=4, warmup_steps=20, pull_compression=pull,
+                               resync_every=resync_every)
     kv = trainer.kvstore
+    names = names_of(trainer)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     curve, at_cut = [], None
     for t in range(steps):
@@ -93,14 +100,19 @@ def run(algorithm, pull, steps, every, batch=64, seed=0):
             kv.wait_all()
             w, v = global_flat(kv), v_flat(kv)
             step = float(np.linalg.norm(w - before))
+            behind = float(np.dot(w - v, w - before)) / step ** 2 if step else float("nan")
             curve.append((t + 1, float(np.linalg.norm(w - v) / np.linalg.norm(w)),
-                          float(np.linalg.norm(w - v)) / step if step else float("nan")))
+                          float(np.linalg.norm(w - v)) / step if step else float("nan"), behind))
         if pull == "2bit" and t + 1 == cut:
             at_cut = lag_per_parameter(kv, names)
     kv.wait_all()
     end = lag_per_parameter(kv, names) if pull == "2bit" else None
     pred = net(mx.nd.array(xte)).argmax(axis=1).asnumpy()
-    return float((pred == yte).mean()), curve, at_cut, end
+    held = float((pred == yte).mean())  # the weights the worker holds
+    for key, name in enumerate(names):  # W: the servers' weights
+        params[name].set_data(kv.global_weights(key))
+    pred = net(mx.nd.array(xte)).argmax(axis=1).asnumpy()
+    return held, curve, at_cut, end, float((pred == yte).mean())
 
 
 def main(argv=None):
@@ -108,25 +120,41 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--every", type=int, default=50, help="steps between two readings of ||W - V|| / ||W||")
     ap.add_argument("--algorithms", default="cdsgd,bitsgd")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds: one way and both ways paired by seed")
+    ap.add_argument("--resync-every", type=int, default=0, help="BIT-SGD's re-sync period (0: never, the default)")
     args = ap.parse_args(argv)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        ap.error("--seeds must be comma-separated integers, got %r" % args.seeds)
     for algorithm in args.algorithms.split(","):
-        results = {}
-        for pull in ("none", "2bit"):
-            began = time.time()
-            print("%s, pull %s: %d steps ..." % (algorithm, pull, args.steps), end=" ", flush=True)
-            results[pull] = run(algorithm, pull, args.steps, args.every, seed=args.seed)
-            print("%.2f%% (%.0f s)" % (100 * results[pull][0], time.time() - began), flush=True)
-        acc1, acc2 = results["none"][0], results["2bit"][0]
-        _, curve, at_cut, end = results["2bit"]
-        print("%s: test accuracy one way %.2f%%, both ways %.2f%% (%+.2f points)" % (algorithm, 100 * acc1, 100 * acc2,
-                                                                                 100 * (acc2 - acc1)))
+        diffs = []
+        for seed in seeds:
+            results = {}
+            for pull in ("none", "2bit"):
+                began = time.time()
+                print("%s, seed %d, pull %s: %d steps ..." % (algorithm, seed, pull, args.steps), end=" ", flush=True)
+                results[pull] = run(algorithm, pull, args.steps, args.every, seed=seed, resync_every=args.resync_every)
+                print("%.2f%% (the servers' W: %.2f%%; %.0f s)" % (100 * results[pull][0], 100 * results[pull][4],
+                                                                    time.time() - began), flush=True)
+            diffs.append(100 * (results["2bit"][0] - results["none"][0]))
+            if seed == seeds[0]:
+                first = results
+        acc1, acc2 = first["none"][0], first["2bit"][0]
+        _, curve, at_cut, end, _ = first["2bit"]
+        print("%s, seed %d: test accuracy one way %.2f%%, both ways %.2f%% (%+.2f points)"
+              % (algorithm, seeds[0], 100 * acc1, 100 * acc2, 100 * (acc2 - acc1)))
         print("  ||W - V|| / ||W|| over the model, by step: " + ", ".join("%d: %.4f" % c[:2] for c in curve))
         print("  ||W - V|| in updates (/ ||W(t) - W(t-1)||), by step: " + ", ".join("%d: %.1f" % (c[0], c[2])
                                                                                      for c in curve))
+        print("  V behind W along the last update, in updates (<W - V, dW> / ||dW||^2; < 0: ahead), by step: "
+              + ", ".join("%d: %+.2f" % (c[0], c[3]) for c in curve))
         print("  per parameter, at the rate cut and at the end:")
         for name in end:
             print("    %-40s %.4f   %.4f" % (name, at_cut[name] if at_cut else float("nan"), end[name]))
+        if len(seeds) > 1:
+            print("%s: both ways minus one way, paired by seed (points): %s; mean %+.2f, std %.2f"
+                  % (algorithm, ", ".join("%+.2f" % d for d in diffs), np.mean(diffs), np.std(diffs, ddof=1)))
     return 0
 
 

@@ -63,7 +63,8 @@ from cdsgd_mx.wire import auth, proofs, protocol
 from cdsgd_mx import codec
 from cdsgd_mx.cluster import heartbeat, hub
 from cdsgd_mx.mxnet_import import import_mxnet
-from cdsgd_mx.wire.pull_compression import ServerCopies
+from cdsgd_mx.wire.proofs import FP32, FP32_TRACKED
+from cdsgd_mx.wire.pull_compression import PULL_2BIT, ServerCopies
 from cdsgd_mx.server.global_update import GlobalUpdate
 
 COMMAND_PREFIX = "cdsgd:"
@@ -105,6 +106,7 @@ class ServerState:
         self.update = GlobalUpdate()  # the global optimizer and its states (server_update.py)
         self.copies = ServerCopies()  # 2-bit pulls: V per bucket and its down payload (pull_compression.py)
         self.downs = {}           # down key -> (weight key, n): registered with 2-bit pulls
+        self.tracked_next = set()  # in process (no proofs): weight keys whose next fp32 round is tracked
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
@@ -127,6 +129,7 @@ class ServerState:
 
     def set_optimizer(self, optimizer):
         self.update.set_optimizer(optimizer)
+        self.copies.lookahead = float(getattr(optimizer, "momentum", 0.0) or 0.0)  # 2-bit pulls' aim
 
     def command(self, msg):
         """An authenticated command (a dict, or its JSON text)."""
@@ -134,7 +137,7 @@ class ServerState:
             msg = json.loads(msg)
         if msg["op"] == "optimizer":
             from cdsgd_mx.wire import optimizer_spec
-            self.update.set_optimizer(optimizer_spec.build(msg["spec"]))
+            self.set_optimizer(optimizer_spec.build(msg["spec"]))
         elif msg["op"] == "register":
             for pk, (wk, n, threshold) in msg["payloads"].items():
                 self.payloads[int(pk)] = (int(wk), int(n), float(threshold))
@@ -182,15 +185,21 @@ class ServerState:
             self.apply_payload(key, grad.data, grad.indices)  # waits on the paired weight
             return
         n = weight.size - self.region
+        tracked = key in self.tracked_next  # (in process; over the network the proof's kind says it)
+        self.tracked_next.discard(key)
         if self.region:
             announced = key in self.update.slots or key in self.tallies or key in self.to_assign or \
                 key in self.to_register
-            if not self.proofs.proven(key, grad, n, announced):
+            kind = self.proofs.proven(key, grad, n, announced, (FP32, FP32_TRACKED) if key in self.copies else (FP32,))
+            if not kind:
                 return  # dropped: weights and counts unchanged, so the workers send it again (backends.applied)
+            tracked = kind == FP32_TRACKED
             grad, whole, weight = grad[0:n], weight, weight[0:n]
         if key in self.to_assign or key in self.tallies:  # W = what the workers pushed
             self.to_assign.discard(key)
             weight[:] = grad
+            if key in self.copies:
+                self.copies.set_weights(key, weight)
             if key in self.reports:  # the last row is this server's
                 code, errno = self.checkpoint_result
                 from mxnet import ndarray as nd
@@ -204,7 +213,10 @@ class ServerState:
                 self.copies.register(key, wk, size, pieces, self.weights[key], self.weights[wk])
         else:
             self.update.apply_sum(key, weight, grad)
-            if key in self.copies:  # an fp32 round pulls W: V := W (an exact re-sync)
+            if key in self.copies and tracked:  # V += the codes of W - V, which every worker encodes from W
+                weight.wait_to_read()
+                self.copies.after_update(key, weight, PULL_2BIT, tracked=True)
+            elif key in self.copies:  # an fp32 round pulls W: V := W (an exact re-sync)
                 self.copies.resync(key, weight)
         (whole if self.region else weight).wait_to_read()  # pulls read the store without waiting for the engine
         if self.region:

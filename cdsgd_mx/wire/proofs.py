@@ -20,6 +20,10 @@ from cdsgd_mx.wire import auth, protocol
 from cdsgd_mx import codec
 
 
+FP32, FP32_TRACKED = "fp32", "fp32 tracked"  # the MAC's kind for an fp32 round: V := W, or V += codes
+                                             # of W - V on both sides (2-bit pulls: pull_compression.py)
+
+
 def unseal(bucket):
     """The bucket's proof regions no longer hold a proof (a pull or a restore wrote them)."""
     bucket.sealed_for = None
@@ -49,22 +53,23 @@ class WorkerProofs:
                                                    group, n)
         return region
 
-    def seal(self, bucket):
+    def seal(self, bucket, tracked=False):
         """Before a round of the bucket is pushed: its proof after the data in comm_buf and after
         the codes in this worker's payload row. Normally already written, off the critical path,
-        after the check of the round before (seal_next)."""
-        if bucket.sealed_for != self.rounds.get(bucket.weight_key, 0):
-            self.seal_next(bucket)
+        after the check of the round before (seal_next); written again for a tracked fp32 round
+        (the servers learn from its proof's kind that V follows W by codes, not V := W)."""
+        if bucket.sealed_for != (self.rounds.get(bucket.weight_key, 0), tracked):
+            self.seal_next(bucket, tracked)
 
-    def seal_next(self, bucket):
+    def seal_next(self, bucket, tracked=False):
         """Write both proofs for the bucket's next round: synchronous copies into the regions,
         which no engine op reads or writes until the next push (pulls come after it)."""
         wk, count = bucket.weight_key, self.rounds.get(bucket.weight_key, 0)
-        bucket.comm_region._sync_copyfrom(self.region_for(wk, bucket.size, "fp32"))
+        bucket.comm_region._sync_copyfrom(self.region_for(wk, bucket.size, FP32_TRACKED if tracked else FP32))
         if bucket.payload_key in self.payload_regions:
             self.payload_regions[bucket.payload_key]._sync_copyfrom(
                 auth.tag(self._session(wk), "codes", self.rank, count, wk, bucket.size))
-        bucket.sealed_for = count
+        bucket.sealed_for = (count, tracked)
 
     def applied(self, group, status):
         """Whether the server applied this worker's last round of `group`: the count of applied
@@ -104,16 +109,21 @@ class ServerProofs:
         self.cpu_seconds = 0.0    # the same in this thread's CPU time (without waiting for a core)
         self.counted = 0          # rounds counted
 
-    def proven(self, key, grad, n, announced):
-        """Whether this round of a dense key (grad: the workers' sum, n data values, then the
-        region) holds every worker's valid tag for its count; a round that does not is dropped
-        (logged, counted), never acted on. announced: a command of the job named the key."""
+    def proven(self, key, grad, n, announced, kinds=(FP32,)):
+        """The kind (of `kinds`) whose tags this round of a dense key (grad: the workers' sum, n
+        data values, then the region) holds from every worker for its count, else False: the
+        round is dropped (logged, counted), never acted on. announced: a command of the job
+        named the key."""
         start = self._clock()
         try:
             if not announced:
                 return self.drop("a push to key %d, which no command of the job announced" % key)
             tag_at = [n + r * auth.TAG_FLOATS for r in range(self.num_workers)]
-            return self._tags_check("key %d" % key, "fp32", key, n, grad, tag_at, range(self.num_workers))
+            for kind in kinds[:-1]:  # (every worker seals a round as the same kind)
+                if self._tags_match(kind, key, n, grad, tag_at, range(self.num_workers))[0]:
+                    return kind
+            ok = self._tags_check("key %d" % key, kinds[-1], key, n, grad, tag_at, range(self.num_workers))
+            return kinds[-1] if ok else False
         except Exception as e:  # a shape no worker of the job pushes
             return self.drop("a push to key %d that is not the job's (%s)" % (key, e))
         finally:
@@ -143,13 +153,19 @@ class ServerProofs:
         tag_at the tag of the matching rank's MAC for this round of `group`, else the round is
         dropped. One native call for the round (codec.tags_match); worker by worker only to name
         the ones missing."""
-        count = self.rounds.get(group, 0)
-        macs = [auth.mac_bytes(self.session, kind, r, count, group, n) for r in ranks]
-        if codec.tags_match(values, tag_at, b"".join(macs)):
+        ok, macs = self._tags_match(kind, group, n, values, tag_at, ranks)
+        if ok:
             return True
+        count = self.rounds.get(group, 0)
         bad = [r for r, at, m in zip(ranks, tag_at, macs) if not codec.tags_match(values, [at], m)]
         return self.drop("round %d of %s without the job's proof from worker rank %s (a push from outside the "
                          "job?); not applied" % (count, what, ", ".join(map(str, bad))))
+
+    def _tags_match(self, kind, group, n, values, tag_at, ranks):
+        """(whether every rank's tag for this round of `group` is in values, the MACs)"""
+        count = self.rounds.get(group, 0)
+        macs = [auth.mac_bytes(self.session, kind, r, count, group, n) for r in ranks]
+        return codec.tags_match(values, tag_at, b"".join(macs)), macs
 
     def count_round(self, group, stored, n, down=None):
         """One more round of `group` applied: its count goes after the data, where pulls read it.

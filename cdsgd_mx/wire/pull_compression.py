@@ -2,12 +2,24 @@
 2-bit codes of the weights' change instead of fp32 W, with the error kept on the server.
 
 For each bucket the server keeps V, the weights every worker holds. After the round's global
-update it quantizes e = W(t+1) - V, each parameter's piece with its own step s_p that follows
-the size of its change (scale()): codes +1 where e / s_p >= 1/2, -1 where <= -1/2, else 0; it
-sends the codes (ternary16 words, as a push's) and the steps, and V += code * s_p on the server and on
-every worker alike, so V stays bit-identical everywhere and W - V is the server's error feedback. A re-sync
-round (CD-SGD's k-step correction; BIT-SGD's every resync_every-th step) pulls fp32 W and both
-sides set V := W. Pushes are unchanged.
+update it quantizes e = A - V, where A, the aim, is W(t+1) plus the part of its next update that
+the last one predicts (codec.pull_target: A = W(t+1) + mu (W(t+1) - W(t)), mu the optimizer's
+momentum, 0 without; issue 40), each parameter's piece with its own step s_p that
+follows the size of its change (scale()): codes +1 where e / s_p >= 1/2, -1 where <= -1/2, else
+0; it sends the codes (ternary16 words, as a push's) and the steps, and V += code * s_p on the
+server and on every worker alike, so V stays bit-identical everywhere and A - V is the server's
+error feedback. CD-SGD's k-step correction (an fp32 push) pulls fp32 W, and the server and
+every worker move V by the codes of W - V (the aim is W: a worker does not know W(t)); a
+re-sync round (BIT-SGD's every resync_every-th step, when resync_every > 0; every warm-up step)
+pulls fp32 W and both sides set V := W. Pushes are unchanged.
+
+Why the aim is ahead of W (issue 40, docs/performance.md "2 bits both ways under momentum"): V
+follows W about one update behind, and under SGD with momentum 0.9 the workers' gradients at
+that lagging V cost 1-3 points of accuracy. Momentum makes the next update about mu times the
+last, so aiming there centres V on W; without momentum the last update predicts little (it is
+mostly the batch's noise), and aiming with it would only add that noise to V. And why
+CD-SGD's corrections no longer re-sync: V := W moves the workers' weights at once by the lag
+the codes had left, a kick that, every k steps, cost as much again.
 
 The down payload of a bucket (its down key, on the bucket's server; protocol.py):
     [ceil(n/16) code words | s_p per piece | ||W - V||^2 | ||W||^2 | proof region (the round count first)]
@@ -32,8 +44,8 @@ biases and betas then held V 40-55% away from W (fig7 --quick lost 26 pp; docs/r
 
 API: scale(e); down_size(n, pieces); pieces_of(bucket); relative_error(norms); NORMS_EVERY; PULL_FP32,
 PULL_2BIT (the flag a payload row carries); ServerCopies().register(dk, wk, n, pieces, stored,
-weight) / after_update(wk, weight, flag) / resync(wk, weight) / count_place(wk) / values() /
-restore(values). A worker's side: worker/pull_decode.py (WorkerCopy).
+weight) / after_update(wk, weight, flag, tracked) / resync(wk, weight) / set_weights(wk, weight) /
+count_place(wk) / values() / restore(values). A worker's side: worker/pull_decode.py (WorkerCopy).
 """
 import numpy as np
 
@@ -82,6 +94,8 @@ class ServerCopies:
         self._words = {}    # weight key -> its code words
         self._pieces = {}   # weight key -> [(begin, end)] of its parameters' pieces
         self._e, self._tail, self._rounds = {}, {}, {}  # per weight key: W - V, the payload after its codes, rounds
+        self.prev, self._aim = {}, {}  # per weight key: W after the round before, and the aim A
+        self.lookahead = 0.0  # the global optimizer's momentum (server/node.py sets it with the optimizer)
         self._out = {}      # weight key -> capsules of its down key's stored codes and tail (_payload)
 
     def register(self, dk, wk, n, pieces, stored, weight):
@@ -97,6 +111,8 @@ class ServerCopies:
         self._rounds[wk] = 0
         if wk not in self.v:  # (restored by a checkpoint before: kept)
             self.v[wk] = weight[0:n].asnumpy()
+        self._aim[wk] = np.zeros(n, np.float32)
+        self.prev[wk] = weight[0:n].asnumpy()
 
     def __contains__(self, wk):
         return wk in self.stored
@@ -120,9 +136,10 @@ class ServerCopies:
             self._out[wk] = (codec.writable(self.stored[wk][0:words]), codec.writable(self.stored[wk][words:end]))
         return self._out[wk]
 
-    def after_update(self, wk, weight, flag):
-        """After a compressed round's global update: the codes of W(t+1) - V into the down key
-        (PULL_2BIT), or V := W where the workers pull fp32 W (PULL_FP32)."""
+    def after_update(self, wk, weight, flag, tracked=False):
+        """After a compressed round's global update: the codes of A - V into the down key
+        (PULL_2BIT), or V := W where the workers pull fp32 W (PULL_FP32). tracked: CD-SGD's
+        correction round, whose workers pull fp32 W and encode the codes of W - V themselves."""
         if flag == PULL_FP32:
             return self.resync(wk, weight)
         if flag != PULL_2BIT:
@@ -131,11 +148,17 @@ class ServerCopies:
         v, tail, pieces = self.v[wk], self._tail[wk], self._pieces[wk]
         codes_out, tail_out = self._payload(wk)
         w = weight[0:v.size]  # read in place through DLPack (asnumpy's copy costs 1 ms per 1M values)
-        # the steps, the codes of (W - V) / s_p at 1/2, V += code * s_p and the wire words, in
+        if tracked:
+            aim = w
+            codec.copy(w, self.prev[wk])
+        else:
+            aim = self._aim[wk]
+            codec.pull_target(w, self.prev[wk], aim, self.lookahead)  # A = W + mu (W - prev); prev = W
+        # the steps, the codes of (A - V) / s_p at 1/2, V += code * s_p and the wire words, in
         # native passes: the very float32 operations every worker's decode makes, so V stays
         # bit-identical everywhere
         try:
-            scales = codec.pull_encode(w, v, pieces, codes_out)
+            scales = codec.pull_encode(aim, v, pieces, codes_out)
         except FloatingPointError:
             raise FloatingPointError("the global weights of key %d are not finite: nothing to send to the workers" % wk)
         tail[:len(pieces)] = scales
@@ -152,6 +175,12 @@ class ServerCopies:
         """V := W (the workers pull W itself this round)."""
         v = self.v[wk]
         codec.copy(weight[0:v.size], v)
+        codec.copy(v, self.prev[wk])
+
+    def set_weights(self, wk, weight):
+        """W was set outside a round (a restart's assignment): the next aim's last update
+        starts there."""
+        codec.copy(weight[0:self.v[wk].size], self.prev[wk])
 
     def values(self):
         return {wk: v.copy() for wk, v in self.v.items()}

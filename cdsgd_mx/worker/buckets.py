@@ -86,7 +86,7 @@ class Bucket:
     comm_wire: Any = field(default=None, repr=False)    # comm plus the proof region: what is pushed and pulled
     comm_region: Any = field(default=None, repr=False)  # this worker's proof, then the server's count
     comm_status: Any = field(default=None, repr=False)  # the server's count of the bucket's rounds
-    sealed_for: Optional[int] = None                    # the round whose proof the regions hold (proofs.py)
+    sealed_for: Optional[tuple] = None                  # (the round, tracked) whose proof the regions hold (proofs.py)
     loc: Any = field(default=None, repr=False)          # its part of loc_buf (delayed algorithms)
     dev_comm: Any = field(default=None, repr=False)     # device-resident buckets: g(t) on the device
     dev_weights: Any = field(default=None, repr=False)  # ... and W there

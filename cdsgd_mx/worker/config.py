@@ -24,7 +24,7 @@ DIST_SYNC_NAMES = ("dist", "dist_sync", "dist_sync_device", "dist_device_sync")
 LAUNCH_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 NONFINITE_POLICIES = ("error", "skip")
 PULL_COMPRESSIONS = ("none", "2bit")
-DEFAULT_RESYNC_EVERY = 10  # BIT-SGD with 2-bit pulls: an exact fp32 pull every 10th step (docs/performance.md)
+DEFAULT_RESYNC_EVERY = 0  # BIT-SGD with 2-bit pulls: 0, never an exact fp32 pull (a re-sync kicks V; docs/performance.md)
 AGGREGATE_CHECKPOINT = ("save_states/load_states with update_on_kvstore=False (the workers update) are not supported "
                         "yet: checkpoint a job whose servers update (update_on_kvstore=None)")
 AGGREGATE_DELAYED = ("the workers cannot update (update_on_kvstore=False, allreduce_grads()/update()) with "
@@ -89,8 +89,8 @@ def check_pull(algorithm, pull_compression, resync_every=DEFAULT_RESYNC_EVERY, a
     if pull_compression not in PULL_COMPRESSIONS:
         raise ConfigError("pull_compression must be one of %s, got %r" % (", ".join(PULL_COMPRESSIONS),
                                                                           pull_compression))
-    if isinstance(resync_every, bool) or not isinstance(resync_every, (int, np.integer)) or resync_every < 1:
-        raise ConfigError("resync_every must be an integer >= 1 (steps), got %r" % (resync_every,))
+    if isinstance(resync_every, bool) or not isinstance(resync_every, (int, np.integer)) or resync_every < 0:
+        raise ConfigError("resync_every must be an integer >= 0 (steps; 0: never), got %r" % (resync_every,))
     if pull_compression == "none":
         return
     if algorithm not in COMPRESSING:

@@ -2,7 +2,7 @@
 side): V per bucket, decoded from each compressed pull by an operation on MXNet's engine.
 
 API: WorkerCopy(buckets, size).bind(buckets, region) / issue(i, round) / collect(i, round) /
-start(i, w) / to_comm(i, bucket) / values() / set_values(v) / error().
+start(i, w) / track(i, bucket) / to_comm(i, bucket) / values() / set_values(v) / error().
 """
 import numpy as np
 
@@ -29,6 +29,7 @@ class WorkerCopy:
         self._pieces = [pieces_of(b) for b in buckets]
         self.norms = np.zeros((len(buckets), 2))  # per bucket: ||W - V||^2, ||W||^2 after the last compressed pull
         self._decoders = []  # per bucket: (its PullDecoder, the handles of what it reads and writes)
+        self._words = [np.zeros(codec.packed_size(b.size), np.float32) for b in buckets]  # track()'s codes
 
     def bind(self, buckets, region):
         """Make each bucket's decoder, once its down_wire and comm_buf part exist and nothing is
@@ -67,6 +68,15 @@ class WorkerCopy:
         """V of bucket i := w (W itself, numpy or an NDArray: the start, and every re-sync round;
         an NDArray is read after its pending writes, so after any decode of comm_buf)."""
         codec.copy(w, self._views[i])
+
+    def track(self, i, b):
+        """A tracked round (CD-SGD's correction with 2-bit pulls): comm_buf's part of bucket i
+        holds fp32 W(t+1), pulled; V += the codes of W - V, the very encode the server ran on the
+        same W and V (codec.pull_encode), so V stays bit-identical everywhere; then comm = V, the
+        weights this worker trains with. V moves as at every compressed step: no jump to W,
+        which under momentum costs accuracy (docs/performance.md, issue 40)."""
+        codec.pull_encode(b.comm, self._views[i], self._pieces[i], self._words[i])
+        self.to_comm(i, b)
 
     def to_comm(self, i, b):
         """comm_buf's part of bucket i = V (the weights this worker holds)."""

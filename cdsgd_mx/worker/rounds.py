@@ -32,7 +32,7 @@ class RoundRunner:
         Returns the check of the servers' counts that come back with the pulls (run at the
         flush). keep_residual: puts back the residual of parameters skipped at this step."""
         compressed = self.schedule.compressed(t)
-        pull_down = self.schedule.pull_compressed(t)
+        pull_down, tracked = self.schedule.pull_compressed(t), self.schedule.pull_tracked(t)
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed = 0
         for i, b in enumerate(bset.buckets):
@@ -52,7 +52,7 @@ class RoundRunner:
             else:
                 with self.tracer.span("push fp32", bucket=i, step=t):
                     bset.fp32_to_comm(b)
-                    self.backend.seal(b)
+                    self.backend.seal(b, tracked)
                     self.backend.push(b.weight_key, b.comm_wire)
                     if keep:
                         b.comm.copyto(b.loc)  # before the pull writes W over it
@@ -70,7 +70,7 @@ class RoundRunner:
         after the weights went one up), else it is sent again (proofs.WorkerProofs.applied)
         until it is. Returns the follow-up: the proofs of the next rounds."""
         compressed = self.schedule.compressed(t)
-        pull_down = self.schedule.pull_compressed(t)
+        pull_down, tracked = self.schedule.pull_compressed(t), self.schedule.pull_tracked(t)
         rounds = [self._round(b) for b in bset.buckets]  # the counts this round brings once applied
         for i, b in enumerate(bset.buckets):
             for attempt in range(MAX_RESENDS + 1):
@@ -82,10 +82,13 @@ class RoundRunner:
                     self.backend.rounds.get(b.weight_key, 0), i, b.weight_key, t), attempt)
                 self.resent += 1
                 with self.tracer.span("resend", bucket=i, step=t):
-                    self.backend.resend(b, compressed, self._kept_gradient(bset, b, t), pull_down)
+                    self.backend.resend(b, compressed, self._kept_gradient(bset, b, t), pull_down, tracked)
                     if pull_down:  # the first decode found the old count and changed nothing
                         bset.copy.issue(i, rounds[i])
-            if bset.copy is not None and not pull_down:
+            if bset.copy is not None and tracked:
+                with self.tracer.span("track", bucket=i, step=t):
+                    bset.copy.track(i, b)  # V += the codes of W - V, as the server did; comm_buf = V
+            elif bset.copy is not None and not pull_down:
                 with self.tracer.span("re-sync", bucket=i, step=t):
                     bset.copy.start(i, b.comm)  # an fp32 pull: V := W
         if pull_down:  # the decodes ran on the engine: check them (a corrupt payload stops here)

@@ -9,10 +9,12 @@ forward/backward, g(t) = a worker's gradient at step t.
 - push: fp32 during warm-up and always for ssgd/odsgd; bitsgd pushes 2-bit codes every step
   after warm-up; cdsgd, with c = t - n, pushes fp32 when c % k == 0 (k-step correction) and
   2-bit codes otherwise.
-- pull (pull_compression='2bit', pull_compression.py): a compressed step pulls the 2-bit codes
-  of W(t+1) - V, except at a re-sync, which pulls fp32 W: cdsgd's correction steps (the
-  k-step correction goes both ways), bitsgd's steps with (t - n) % resync_every == 0. Every
-  other step pulls fp32 W.
+- pull (pull_compression='2bit', pull_compression.py): after warm-up V follows W by the codes of
+  W(t+1) - V at every step. A compressed step pulls the codes; cdsgd's correction step pulls
+  fp32 W (its push was fp32) and both sides encode the same codes from it (tracked). Only
+  bitsgd's steps with resync_every > 0 and (t - n) % resync_every == 0 re-sync (V := W): under
+  momentum a re-sync is a kick that costs accuracy (docs/performance.md, issue 40). Warm-up
+  steps pull fp32 W and V := W.
 """
 import bisect
 
@@ -22,7 +24,7 @@ DELAYED = ("odsgd", "cdsgd")
 
 
 class Schedule:
-    def __init__(self, algorithm, warmup_steps, k, pull_compression="none", resync_every=10):
+    def __init__(self, algorithm, warmup_steps, k, pull_compression="none", resync_every=0):
         self.algorithm = algorithm
         self.warmup_steps = warmup_steps
         self.k = k
@@ -41,10 +43,16 @@ class Schedule:
         return (t - self.warmup_steps) % self.k != 0
 
     def pull_compressed(self, t):
-        """Does step t pull the 2-bit codes of W(t+1) - V (else fp32 W, and V := W)?"""
+        """Does step t pull the 2-bit codes of W(t+1) - V (else fp32 W)?"""
         if self.pull_compression != "2bit" or not self.compressed(t):
             return False
-        return self.algorithm == "cdsgd" or (t - self.warmup_steps) % self.resync_every != 0
+        return self.algorithm == "cdsgd" or not self.resync_every or (t - self.warmup_steps) % self.resync_every != 0
+
+    def pull_tracked(self, t):
+        """Does step t pull fp32 W and move V by the codes of W(t+1) - V, on the servers and on
+        every worker alike (cdsgd's correction steps with 2-bit pulls), rather than V := W?"""
+        return self.pull_compression == "2bit" and self.algorithm == "cdsgd" and not self.in_warmup(t) \
+            and not self.compressed(t)
 
     def delayed(self, t):
         """Does step t produce x(t+1) by the local update, leaving its round in flight?"""
@@ -67,7 +75,7 @@ class InterleavedSchedule:
     cdsgd for all four, bitsgd for S-SGD and BIT-SGD). A segment's first step switches (it
     waits for the last segment's round in flight, or starts the delay)."""
 
-    def __init__(self, k, resync_every=10):
+    def __init__(self, k, resync_every=0):
         self.k, self.resync_every = k, resync_every
         self.starts, self.schedules = [], []
 
@@ -90,6 +98,11 @@ class InterleavedSchedule:
         if i < 0:
             raise ValueError("step %d comes before the first segment" % t)
         return self.schedules[i], t - self.starts[i]
+
+    def pull_tracked(self, t):
+        """A CD-SGD segment with 2-bit pulls: its correction steps (Schedule.pull_tracked)."""
+        schedule, offset = self._segment(t)
+        return schedule.pull_tracked(offset)
 
     def compressed(self, t):
         schedule, offset = self._segment(t)

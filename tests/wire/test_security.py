@@ -255,8 +255,12 @@ def _simulated_weights_equal(tmp_path, algorithm, both_ways=False):
 
 
 FOREIGN_PUSHES = [("ssgd", "weights"), ("odsgd", "weights"), ("cdsgd", "weights"), ("bitsgd", "codes"),
-                  ("cdsgd", "codes"), ("bitsgd", "codes-both-ways"), ("cdsgd", "codes-both-ways")]
-BOTH_WAYS = {"pull": "2bit", "resync_every": 3}  # "-both-ways": step 4, the dropped round, pulls 2-bit codes
+                  ("cdsgd", "codes"), ("bitsgd", "codes-both-ways"), ("cdsgd", "codes-both-ways"),
+                  ("cdsgd", "weights-both-ways")]
+# "-both-ways": step 4, the dropped round of "codes", pulls 2-bit codes; the dropped round of
+# cdsgd's "weights" is step 5's correction, an fp32 round that both sides track (V += codes of W - V),
+# which the workers send again sealed as tracked
+BOTH_WAYS = {"pull": "2bit", "resync_every": 3}
 MXNET_STOP = ("cdsgd", "mxnet-stop")  # MXNet's own stop command, sent to a job with a stall timeout
 STOP_LAUNCH = ("--stall-timeout", "20", "--max-restarts", "1")
 
@@ -281,7 +285,7 @@ def foreign_push_jobs(tmp_path_factory):
             port = outsider.listening_ports(_server_pid(_job_pids(marker)))[0]
             if target == "mxnet-stop":
                 outsider.command(port, outsider.STOP_SERVER, b"")
-            elif target == "weights":
+            elif target.startswith("weights"):
                 outsider.push(port, 0, np.concatenate([np.full(n, 100.0, np.float32),
                                                        np.ones(2 * auth.TAG_FLOATS, np.float32)]))
             else:  # worker 0's row, wire floats (>= 1: a valid code; both ways: the pull flag, 2-bit) and a wrong tag
@@ -309,13 +313,15 @@ def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(forei
     kept while W is pulled over it); 'codes': a row_sparse push to its payload key, met by the
     next 2-bit round (bitsgd synchronous, cdsgd delayed); 'codes-both-ways': the same, in a round
     that pulls 2-bit codes: the decode already issued behind the first pull must leave V alone
-    (the server's count did not move), the one behind the resent pull applies it, once."""
+    (the server's count did not move), the one behind the resent pull applies it, once;
+    'weights-both-ways': a tracked correction (2-bit pulls) dropped and sent again, sealed as
+    tracked, and V moved by its codes once."""
     job, out, tmp_path = foreign_push_jobs[(algorithm, target)]
     assert job.returncode == 0, out[-4000:]
     # the server names what it dropped: a round without a worker's proof, or (the outsider's row
     # summed into the same worker's row) a payload round missing a worker's row
     dropped = [line for line in out.splitlines() if "dropped message 1: " in line]
-    assert len(dropped) == 1 and ("key 0 without the job's proof" if target == "weights" else "payload key 1 ") \
+    assert len(dropped) == 1 and ("key 0 without the job's proof" if target.startswith("weights") else "payload key 1 ") \
         in dropped[0], out[-4000:]
     assert "dropped message 2" not in out, out[-4000:]
     assert "sending it again" in out, out[-4000:]

@@ -102,7 +102,9 @@ class Backend(abc.ABC):
     def push_payload(self, key): """Push this worker's payload row."""
 
     @abc.abstractmethod
-    def seal(self, bucket): """This worker's proof of the bucket's next round, into what it pushes."""
+    def seal(self, bucket, tracked=False):
+        """This worker's proof of the bucket's next round, into what it pushes. tracked: an
+        fp32 round after which V follows W by codes on both sides (Schedule.pull_tracked)."""
 
     @abc.abstractmethod
     def request_acks(self, payload_keys): """Ask for the payload rounds' acknowledgements."""
@@ -125,7 +127,7 @@ class Backend(abc.ABC):
         after the codes of a 2-bit pull."""
 
     @abc.abstractmethod
-    def resend(self, bucket, compressed, gradient, pull_down=False):
+    def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False):
         """Send a dropped round again, and pull (W, or with pull_down the codes of W - V)."""
 
     @abc.abstractmethod

@@ -85,8 +85,8 @@ class DistBackend(Backend):
         return mx.nd.concat(value.reshape((-1,)), mx.nd.zeros((self.region,)), dim=0)
 
     # -- proof of every push: the worker side of proofs.py --------------------------------
-    def seal(self, bucket):
-        self.proofs.seal(bucket)
+    def seal(self, bucket, tracked=False):
+        self.proofs.seal(bucket, tracked)
 
     def bucket_applied(self, bucket, down=False):
         return self.proofs.bucket_applied(bucket, down)
@@ -94,7 +94,7 @@ class DistBackend(Backend):
     def seal_next(self, bucket):
         self.proofs.seal_next(bucket)
 
-    def resend(self, bucket, compressed, gradient, pull_down=False):
+    def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False):
         """Push the bucket's dropped round again and pull: the codes still in this worker's
         payload row, or the fp32 gradient from `gradient` (where g(t) still is: the pull wrote
         W over comm_buf), each with the same proof (the round count did not move). pull_down:
@@ -105,7 +105,7 @@ class DistBackend(Backend):
             self.wait_acks([bucket.payload_key])
         else:
             gradient.copyto(bucket.comm)
-            self.proofs.seal_next(bucket)  # the pull overwrote the region too
+            self.proofs.seal_next(bucket, tracked)  # the pull overwrote the region too
             self.push(bucket.weight_key, bucket.comm_wire)
         if pull_down:
             self.pull(bucket.down_key, bucket.down_wire)

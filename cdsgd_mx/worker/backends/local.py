@@ -47,6 +47,8 @@ class LocalBackend(Backend):
     def assign(self, values):
         for k, v in values.items():
             self.store[k][:] = v
+            if k in self.server.copies:  # the next aim's last update starts at the assigned W
+                self.server.copies.set_weights(k, self.store[k])
 
     def gather_rows(self, key, row):
         return np.asarray(row, np.float32).reshape(1, -1)
@@ -79,13 +81,14 @@ class LocalBackend(Backend):
     def wire_row(self, key):
         return self.staging[key][0, :self.words[key]]
 
-    def seal(self, bucket):
-        pass
+    def seal(self, bucket, tracked=False):
+        if tracked:  # no proof to carry the kind in process: tell the server directly
+            self.server.tracked_next.add(bucket.weight_key)
 
     def bucket_applied(self, bucket, down=False):
         return True  # in process: every push is applied at once
 
-    def resend(self, bucket, compressed, gradient, pull_down=False):
+    def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False):
         raise RuntimeError("kvstore='local' never drops a round: nothing to send again")
 
     def seal_next(self, bucket):
