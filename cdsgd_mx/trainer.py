@@ -33,7 +33,7 @@ class Trainer(gluon.Trainer):
     """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
     local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None,
     nonfinite='error', bucket_size=2^20 values, pull_compression='none' ('2bit': 2-bit both
-    ways, bitsgd and cdsgd), resync_every=10 (bitsgd with 2-bit pulls) (see CDSGD).
+    ways, bitsgd and cdsgd), resync_every=0 (bitsgd with 2-bit pulls: never re-sync) (see CDSGD).
 
     The parameters are fused into buckets: their gradients are bound to slices of one flat
     buffer (autograd writes there), and every step hands all of them to the kvstore at once.

@@ -39,7 +39,7 @@ class Config:
     warmup_steps: int = 100
     threshold: float = 0.5
     pull_compression: str = "none"  # '2bit': 2 bits both ways (bitsgd, cdsgd; cdsgd_mx.wire.pull_compression)
-    resync_every: int = 10          # bitsgd with 2-bit pulls: an exact fp32 pull every this many steps
+    resync_every: int = 0           # bitsgd with 2-bit pulls: an exact fp32 pull every this many steps (0: never)
     epochs: Optional[int] = None
     iterations: Optional[int] = None
     bandwidth: Optional[str] = None  # emulated link, tc syntax (1gbit)
@@ -110,7 +110,7 @@ def _check(cfg):
     integer("warmup_steps", 0)
     number("threshold", 0, strict=True)
     choice("pull_compression", ("none", "2bit"))
-    integer("resync_every", 1)
+    integer("resync_every", 0)
     need(cfg.pull_compression == "none" or cfg.algorithm in ("bitsgd", "cdsgd"),
          "pull_compression: '2bit' needs algorithm bitsgd or cdsgd, got %r" % (cfg.algorithm,))
     integer("epochs", 1, allow_none=True)

@@ -80,10 +80,11 @@ class CDSGD(KVStoreBase):
         update_on_kvstore=False: the workers update, e.g. after clipping the sum); 'ssgd'
         (fp32) or 'bitsgd' (2-bit codes with error feedback, decoded and summed on the servers)
     pull_compression: 'none' (default: every round pulls fp32 W) or '2bit' (2-bit both ways,
-        'bitsgd' and 'cdsgd'): a compressed round pulls the 2-bit codes of W(t+1) - V, the
-        weights every worker holds, with the error kept on the servers (pull_compression.py);
-        cdsgd's k-step correction pulls fp32 W (an exact re-sync), bitsgd re-syncs every
-        resync_every steps (default 10)
+        'bitsgd' and 'cdsgd'): a compressed round pulls the 2-bit codes of A - V (A: W(t+1)
+        ahead by its momentum), V the weights every worker holds, with the error kept on the
+        servers (pull_compression.py); cdsgd's k-step correction pulls fp32 W and moves V by
+        the codes of W - V on both sides; bitsgd re-syncs (V := W) every resync_every steps
+        (default 0: never; a re-sync costs accuracy under momentum)
     """
 
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",

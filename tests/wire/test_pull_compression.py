@@ -394,3 +394,44 @@ def test_a_training_config_checks_pull_compression():
         C.validate({"pull_compression": "2bit", "algorithm": "odsgd"})
     assert C.validate({"pull_compression": "2bit", "algorithm": "bitsgd", "resync_every": 5,
                        "iterations": 10}).resync_every == 5
+
+
+@pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
+def test_in_process_a_resume_with_2bit_pulls_under_momentum_repeats_the_run_bit_for_bit(tmp_path, alg):
+    """kvstore='local': the server's W(t) for the aim (and V) survive save_states/load_states, so
+    a resumed run ends with the uninterrupted run's weights exactly (the aim uses the momentum)."""
+    import mxnet as mx
+    from mxnet import autograd, gluon
+
+    import cdsgd_mx
+
+    def net_and_trainer():
+        mx.random.seed(7)
+        net = gluon.nn.Dense(4, in_units=6, prefix="resume_")
+        net.initialize(mx.init.Xavier())
+        tr = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
+                              kvstore="local", algorithm=alg, k=3, warmup_steps=2, pull_compression="2bit")
+        return net, tr
+
+    def steps(net, tr, ts):
+        for t in ts:
+            rng = np.random.RandomState(t)
+            x, y = mx.nd.array(rng.normal(0, 1, (8, 6))), mx.nd.array(rng.randint(0, 4, 8))
+            with autograd.record():
+                loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), y)
+            loss.backward()
+            tr.step(8)
+        tr.wait_all()
+        return [p.data().asnumpy().copy() for p in tr._params], tr.kvstore.global_weights(0).asnumpy()
+
+    net, tr = net_and_trainer()
+    whole, w_whole = steps(net, tr, range(12))
+    net, tr = net_and_trainer()
+    steps(net, tr, range(6))
+    tr.save_states(str(tmp_path / "s"))
+    net, tr = net_and_trainer()
+    tr.load_states(str(tmp_path / "s"))
+    resumed, w_resumed = steps(net, tr, range(6, 12))
+    for a, b in zip(whole, resumed):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(w_whole, w_resumed)
