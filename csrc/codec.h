@@ -85,7 +85,7 @@ void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64
 // with momentum 0.9), and under momentum the workers' gradients at the lagging V cost accuracy;
 // the server encodes toward target = w + lookahead * (w - prev), W plus the part of its next
 // update that its last one predicts (lookahead = the optimizer's momentum), in one pass that
-// also sets prev = w. float32, two roundings (built with -ffp-contract=off).
+// also sets prev = w. float32, each operation rounded (built with -ffp-contract=off).
 void pull_target(const float* w, float* prev, float* target, int64_t n, float lookahead, int threads);
 
 // A worker's decode, one pass: v += code * s per value, then out = v (out may be null). Checks

@@ -7,7 +7,7 @@ for bitsgd after warm-up, for cdsgd codes unless (t - n) % k == 0.
 
 2-bit both ways (pull={"buckets": ..., "resync_every": R}): every worker holds V, not W. After the
 global update of every step after warm-up (t >= n) that is not a re-sync (cdsgd: every step, its
-fp32 corrections too; bitsgd: R == 0, or (t - n) % R != 0), per bucket (its parameters' pieces back to back, as the engine lays
+fp32 corrections too, unless k == 1; bitsgd: R == 0, or (t - n) % R != 0), per bucket (its parameters' pieces back to back, as the engine lays
 them out): the aim A = W(t+1) + momentum * (W(t+1) - W(t)) in float32, except at cdsgd's
 corrections, whose aim is W(t+1); e = A - V; per piece p, s_p = 1.75 times the RMS of e over it
 (codec.pull_scales: the one operation shared with the code under test, since a float64 sum's
@@ -103,7 +103,8 @@ def simulate(alg, workers, steps, n, k, threshold, init, grad_fn, lr, momentum, 
                         grads[i][r]
             W[i] = W_next
         held = pulled(W, held, pull, pull is not None and t >= n and
-                      (alg == "cdsgd" or not pull["resync_every"] or (t - n) % pull["resync_every"]),
+                      ((alg == "cdsgd" and (comp or k > 1)) or
+                       (alg == "bitsgd" and (not pull["resync_every"] or (t - n) % pull["resync_every"]))),
                       W_before if comp else None, momentum)
         for i in range(P):
             if not delayed(alg, t, n) and totals[i] is not None:

@@ -129,7 +129,11 @@ class ServerState:
 
     def set_optimizer(self, optimizer):
         self.update.set_optimizer(optimizer)
-        self.copies.lookahead = float(getattr(optimizer, "momentum", 0.0) or 0.0)  # 2-bit pulls' aim
+        self._aim_with(optimizer)
+
+    def _aim_with(self, optimizer):
+        """2-bit pulls aim with the global optimizer's momentum (pull_compression.py)."""
+        self.copies.lookahead = float(getattr(optimizer, "momentum", 0.0) or 0.0)
 
     def command(self, msg):
         """An authenticated command (a dict, or its JSON text)."""
@@ -306,6 +310,7 @@ class ServerState:
             raise checkpoint.Damaged("checkpoint file %s is missing, corrupted or truncated: %s"
                                      % (path, checkpoint.oneline(e))) from None
         self.update.restore(optimizer, states)
+        self._aim_with(self.update.optimizer)  # (the checkpoint's optimizer, where it differs)
         self.copies.restore(copies)
 
     def apply_payload(self, pk, rows, row_ids):

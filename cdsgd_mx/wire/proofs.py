@@ -119,11 +119,13 @@ class ServerProofs:
             if not announced:
                 return self.drop("a push to key %d, which no command of the job announced" % key)
             tag_at = [n + r * auth.TAG_FLOATS for r in range(self.num_workers)]
-            for kind in kinds[:-1]:  # (every worker seals a round as the same kind)
-                if self._tags_match(kind, key, n, grad, tag_at, range(self.num_workers))[0]:
+            ranks = range(self.num_workers)
+            for kind in kinds:  # (every worker seals a round as the same kind)
+                if self._tags_match(kind, key, n, grad, tag_at, ranks)[0]:
                     return kind
-            ok = self._tags_check("key %d" % key, kinds[-1], key, n, grad, tag_at, range(self.num_workers))
-            return kinds[-1] if ok else False
+            # none: name the ranks missing from the kind most workers sealed
+            kind = min(kinds, key=lambda k: len(self._missing(k, key, n, grad, tag_at, ranks)))
+            return self._tags_check("key %d" % key, kind, key, n, grad, tag_at, ranks)
         except Exception as e:  # a shape no worker of the job pushes
             return self.drop("a push to key %d that is not the job's (%s)" % (key, e))
         finally:
@@ -153,11 +155,10 @@ class ServerProofs:
         tag_at the tag of the matching rank's MAC for this round of `group`, else the round is
         dropped. One native call for the round (codec.tags_match); worker by worker only to name
         the ones missing."""
-        ok, macs = self._tags_match(kind, group, n, values, tag_at, ranks)
-        if ok:
+        if self._tags_match(kind, group, n, values, tag_at, ranks)[0]:
             return True
         count = self.rounds.get(group, 0)
-        bad = [r for r, at, m in zip(ranks, tag_at, macs) if not codec.tags_match(values, [at], m)]
+        bad = self._missing(kind, group, n, values, tag_at, ranks)
         return self.drop("round %d of %s without the job's proof from worker rank %s (a push from outside the "
                          "job?); not applied" % (count, what, ", ".join(map(str, bad))))
 
@@ -166,6 +167,11 @@ class ServerProofs:
         count = self.rounds.get(group, 0)
         macs = [auth.mac_bytes(self.session, kind, r, count, group, n) for r in ranks]
         return codec.tags_match(values, tag_at, b"".join(macs)), macs
+
+    def _missing(self, kind, group, n, values, tag_at, ranks):
+        """The ranks whose tag of `kind` for this round of `group` is not in values."""
+        macs = self._tags_match(kind, group, n, values, tag_at, ranks)[1]
+        return [r for r, at, m in zip(ranks, tag_at, macs) if not codec.tags_match(values, [at], m)]
 
     def count_round(self, group, stored, n, down=None):
         """One more round of `group` applied: its count goes after the data, where pulls read it.

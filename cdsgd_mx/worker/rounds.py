@@ -32,7 +32,7 @@ class RoundRunner:
         Returns the check of the servers' counts that come back with the pulls (run at the
         flush). keep_residual: puts back the residual of parameters skipped at this step."""
         compressed = self.schedule.compressed(t)
-        pull_down, tracked = self.schedule.pull_compressed(t), self.schedule.pull_tracked(t)
+        pull_down, tracked = self.schedule.pull_compressed(t), self.schedule.pull_tracked(t) and bset.copy is not None
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed = 0
         for i, b in enumerate(bset.buckets):
@@ -70,7 +70,7 @@ class RoundRunner:
         after the weights went one up), else it is sent again (proofs.WorkerProofs.applied)
         until it is. Returns the follow-up: the proofs of the next rounds."""
         compressed = self.schedule.compressed(t)
-        pull_down, tracked = self.schedule.pull_compressed(t), self.schedule.pull_tracked(t)
+        pull_down, tracked = self.schedule.pull_compressed(t), self.schedule.pull_tracked(t) and bset.copy is not None
         rounds = [self._round(b) for b in bset.buckets]  # the counts this round brings once applied
         for i, b in enumerate(bset.buckets):
             for attempt in range(MAX_RESENDS + 1):
@@ -96,7 +96,8 @@ class RoundRunner:
                 bset.comm_buf.wait_to_read()
             for i in range(len(bset.buckets)):
                 bset.copy.collect(i, rounds[i])
-        return lambda: [self.backend.seal_next(b) for b in bset.buckets]
+        after = self.schedule.pull_tracked(t + 1) and bset.copy is not None  # (sealed as what the next round is)
+        return lambda: [self.backend.seal_next(b, after) for b in bset.buckets]
 
     def _round(self, b):
         """The server's count of the bucket's rounds once this one is applied."""

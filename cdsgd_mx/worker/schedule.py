@@ -9,9 +9,10 @@ forward/backward, g(t) = a worker's gradient at step t.
 - push: fp32 during warm-up and always for ssgd/odsgd; bitsgd pushes 2-bit codes every step
   after warm-up; cdsgd, with c = t - n, pushes fp32 when c % k == 0 (k-step correction) and
   2-bit codes otherwise.
-- pull (pull_compression='2bit', pull_compression.py): after warm-up V follows W by the codes of
-  W(t+1) - V at every step. A compressed step pulls the codes; cdsgd's correction step pulls
-  fp32 W (its push was fp32) and both sides encode the same codes from it (tracked). Only
+- pull (pull_compression='2bit', pull_compression.py): after warm-up V follows W by 2-bit codes at
+  every step (of A - V, A where W is going: pull_compression.py). A compressed step pulls the codes; cdsgd's correction step pulls
+  fp32 W (its push was fp32) and both sides encode the same codes from it (tracked; with k = 1
+  every step is fp32 both ways, and V := W). Only
   bitsgd's steps with resync_every > 0 and (t - n) % resync_every == 0 re-sync (V := W): under
   momentum a re-sync is a kick that costs accuracy (docs/performance.md, issue 40). Warm-up
   steps pull fp32 W and V := W.
@@ -51,8 +52,8 @@ class Schedule:
     def pull_tracked(self, t):
         """Does step t pull fp32 W and move V by the codes of W(t+1) - V, on the servers and on
         every worker alike (cdsgd's correction steps with 2-bit pulls), rather than V := W?"""
-        return self.pull_compression == "2bit" and self.algorithm == "cdsgd" and not self.in_warmup(t) \
-            and not self.compressed(t)
+        return self.pull_compression == "2bit" and self.algorithm == "cdsgd" and self.k > 1 \
+            and not self.in_warmup(t) and not self.compressed(t)  # (k = 1: every step fp32, V := W)
 
     def delayed(self, t):
         """Does step t produce x(t+1) by the local update, leaving its round in flight?"""

@@ -7,6 +7,7 @@ import sys
 
 import mxnet as mx
 import numpy as np
+import pytest
 from mxnet import autograd, gluon
 
 import cdsgd_mx
@@ -52,6 +53,7 @@ def test_the_command_prints_accuracy_and_the_lag():
     assert bad.returncode == 2 and "--seeds must be comma-separated integers, got '0,x'" in bad.stderr
 
 
+@pytest.mark.slow
 def test_both_ways_keeps_one_ways_accuracy_under_momentum():
     """The issue's workload (MLP 784-300-100-10 on MNIST, SGD with momentum 0.9 and wd 1e-4, the
     rate cut 10x at 60%, k = 4, 20 warm-up steps), 600 steps, seeds 0-2, paired by seed. The rule

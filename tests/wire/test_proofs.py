@@ -106,3 +106,21 @@ def test_payload_rows_need_every_rank_once_with_its_codes_tag():
     rows[2, words] += 1
     assert not server.proven_rows(pk, wk, SIZE, rows, np.arange(N))
     assert "rows [0, 1, 1]" in drops[0] and "worker rank 2" in drops[1]
+
+
+@pytest.mark.parametrize("tracked", [False, True])
+def test_a_round_of_either_fp32_kind_is_told_apart_and_a_short_one_names_the_missing_rank(tracked):
+    """2-bit pulls: an fp32 round is sealed 'fp32' (V := W) or 'fp32 tracked' (V moves by codes);
+    the server learns which from the tags, and a round short of one worker's tag names that
+    worker, whichever kind the others sealed (issue 40)."""
+    from cdsgd_mx.wire.proofs import FP32, FP32_TRACKED
+    workers, buckets, server, drops = job()
+    for w, b in zip(workers, buckets):
+        w.seal(b, tracked)
+    wk = buckets[0].weight_key
+    total = mx.nd.array(np.sum([b.comm_wire.asnumpy() for b in buckets], axis=0))
+    assert server.proven(wk, total, SIZE, True, (FP32, FP32_TRACKED)) == (FP32_TRACKED if tracked else FP32)
+    assert server.proven(wk, total, SIZE, True) == (False if tracked else FP32)  # a key without 2-bit pulls
+    short = mx.nd.array(np.sum([b.comm_wire.asnumpy() for r, b in enumerate(buckets) if r != 2], axis=0))
+    assert not server.proven(wk, short, SIZE, True, (FP32, FP32_TRACKED))
+    assert drops[-1].endswith("from worker rank 2 (a push from outside the job?); not applied"), drops[-1]

@@ -435,3 +435,18 @@ def test_in_process_a_resume_with_2bit_pulls_under_momentum_repeats_the_run_bit_
     for a, b in zip(whole, resumed):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(w_whole, w_resumed)
+
+
+def test_a_checkpoints_optimizer_sets_the_aim_too(tmp_path):
+    """A server that loads a checkpoint takes its optimizer (and momentum) for the global update;
+    the aim must follow it, or the two would use different momenta."""
+    import mxnet as mx
+    from cdsgd_mx.server.node import ServerState
+    saver = ServerState()
+    saver.set_optimizer(mx.optimizer.SGD(momentum=0.9))
+    saver.save(str(tmp_path / "c"), "3-00000000abcd")
+    s = ServerState()
+    s.set_optimizer(mx.optimizer.SGD())
+    assert s.copies.lookahead == 0.0
+    s.load(str(tmp_path / "c"), "3-00000000abcd")
+    assert s.update.optimizer.momentum == pytest.approx(0.9) and s.copies.lookahead == pytest.approx(0.9)

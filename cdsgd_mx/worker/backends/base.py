@@ -131,4 +131,4 @@ class Backend(abc.ABC):
         """Send a dropped round again, and pull (W, or with pull_down the codes of W - V)."""
 
     @abc.abstractmethod
-    def seal_next(self, bucket): """Ready the proof of the bucket's next round."""
+    def seal_next(self, bucket, tracked=False): """Ready the proof of the bucket's next round (tracked: see seal)."""

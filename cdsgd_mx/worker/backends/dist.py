@@ -91,8 +91,8 @@ class DistBackend(Backend):
     def bucket_applied(self, bucket, down=False):
         return self.proofs.bucket_applied(bucket, down)
 
-    def seal_next(self, bucket):
-        self.proofs.seal_next(bucket)
+    def seal_next(self, bucket, tracked=False):
+        self.proofs.seal_next(bucket, tracked)
 
     def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False):
         """Push the bucket's dropped round again and pull: the codes still in this worker's

@@ -91,7 +91,7 @@ class LocalBackend(Backend):
     def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False):
         raise RuntimeError("kvstore='local' never drops a round: nothing to send again")
 
-    def seal_next(self, bucket):
+    def seal_next(self, bucket, tracked=False):
         pass
 
     def set_pull(self, key, flag):
