@@ -218,7 +218,6 @@ class ServerState:
         else:
             self.update.apply_sum(key, weight, grad)
             if key in self.copies and tracked:  # V += the codes of W - V, which every worker encodes from W
-                weight.wait_to_read()
                 self.copies.after_update(key, weight, PULL_2BIT, tracked=True)
             elif key in self.copies:  # an fp32 round pulls W: V := W (an exact re-sync)
                 self.copies.resync(key, weight)

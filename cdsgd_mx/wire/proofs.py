@@ -121,11 +121,11 @@ class ServerProofs:
             tag_at = [n + r * auth.TAG_FLOATS for r in range(self.num_workers)]
             ranks = range(self.num_workers)
             for kind in kinds:  # (every worker seals a round as the same kind)
-                if self._tags_match(kind, key, n, grad, tag_at, ranks)[0]:
+                if self._tags_match(kind, key, n, grad, tag_at, ranks):
                     return kind
             # none: name the ranks missing from the kind most workers sealed
-            kind = min(kinds, key=lambda k: len(self._missing(k, key, n, grad, tag_at, ranks)))
-            return self._tags_check("key %d" % key, kind, key, n, grad, tag_at, ranks)
+            missing = min((self._missing(k, key, n, grad, tag_at, ranks) for k in kinds), key=len)
+            return self._dropped("key %d" % key, key, missing)
         except Exception as e:  # a shape no worker of the job pushes
             return self.drop("a push to key %d that is not the job's (%s)" % (key, e))
         finally:
@@ -155,22 +155,26 @@ class ServerProofs:
         tag_at the tag of the matching rank's MAC for this round of `group`, else the round is
         dropped. One native call for the round (codec.tags_match); worker by worker only to name
         the ones missing."""
-        if self._tags_match(kind, group, n, values, tag_at, ranks)[0]:
+        if self._tags_match(kind, group, n, values, tag_at, ranks):
             return True
-        count = self.rounds.get(group, 0)
-        bad = self._missing(kind, group, n, values, tag_at, ranks)
+        return self._dropped(what, group, self._missing(kind, group, n, values, tag_at, ranks))
+
+    def _dropped(self, what, group, missing):
         return self.drop("round %d of %s without the job's proof from worker rank %s (a push from outside the "
-                         "job?); not applied" % (count, what, ", ".join(map(str, bad))))
+                         "job?); not applied" % (self.rounds.get(group, 0), what, ", ".join(map(str, missing))))
+
+    def _macs(self, kind, group, n, ranks):
+        """Each rank's MAC of `kind` for this round of `group`."""
+        count = self.rounds.get(group, 0)
+        return [auth.mac_bytes(self.session, kind, r, count, group, n) for r in ranks]
 
     def _tags_match(self, kind, group, n, values, tag_at, ranks):
-        """(whether every rank's tag for this round of `group` is in values, the MACs)"""
-        count = self.rounds.get(group, 0)
-        macs = [auth.mac_bytes(self.session, kind, r, count, group, n) for r in ranks]
-        return codec.tags_match(values, tag_at, b"".join(macs)), macs
+        """Whether every rank's tag of `kind` for this round of `group` is in values: one native call."""
+        return codec.tags_match(values, tag_at, b"".join(self._macs(kind, group, n, ranks)))
 
     def _missing(self, kind, group, n, values, tag_at, ranks):
         """The ranks whose tag of `kind` for this round of `group` is not in values."""
-        macs = self._tags_match(kind, group, n, values, tag_at, ranks)[1]
+        macs = self._macs(kind, group, n, ranks)
         return [r for r, at, m in zip(ranks, tag_at, macs) if not codec.tags_match(values, [at], m)]
 
     def count_round(self, group, stored, n, down=None):

@@ -148,7 +148,7 @@ class ServerCopies:
         v, tail, pieces = self.v[wk], self._tail[wk], self._pieces[wk]
         codes_out, tail_out = self._payload(wk)
         w = weight[0:v.size]  # read in place through DLPack (asnumpy's copy costs 1 ms per 1M values)
-        if tracked:
+        if tracked or not self.lookahead:  # the aim is W (without momentum: W + 0, the same codes and V)
             aim = w
             codec.copy(w, self.prev[wk])
         else:

@@ -32,7 +32,7 @@ class RoundRunner:
         Returns the check of the servers' counts that come back with the pulls (run at the
         flush). keep_residual: puts back the residual of parameters skipped at this step."""
         compressed = self.schedule.compressed(t)
-        pull_down, tracked = self.schedule.pull_compressed(t), self.schedule.pull_tracked(t) and bset.copy is not None
+        pull_down, tracked = self.schedule.pull_compressed(t), self._tracked(bset, t)
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed = 0
         for i, b in enumerate(bset.buckets):
@@ -70,7 +70,7 @@ class RoundRunner:
         after the weights went one up), else it is sent again (proofs.WorkerProofs.applied)
         until it is. Returns the follow-up: the proofs of the next rounds."""
         compressed = self.schedule.compressed(t)
-        pull_down, tracked = self.schedule.pull_compressed(t), self.schedule.pull_tracked(t) and bset.copy is not None
+        pull_down, tracked = self.schedule.pull_compressed(t), self._tracked(bset, t)
         rounds = [self._round(b) for b in bset.buckets]  # the counts this round brings once applied
         for i, b in enumerate(bset.buckets):
             for attempt in range(MAX_RESENDS + 1):
@@ -96,8 +96,13 @@ class RoundRunner:
                 bset.comm_buf.wait_to_read()
             for i in range(len(bset.buckets)):
                 bset.copy.collect(i, rounds[i])
-        after = self.schedule.pull_tracked(t + 1) and bset.copy is not None  # (sealed as what the next round is)
+        after = self._tracked(bset, t + 1)  # (sealed as what the next round is)
         return lambda: [self.backend.seal_next(b, after) for b in bset.buckets]
+
+    def _tracked(self, bset, t):
+        """Is step t's round of the set a tracked fp32 round (Schedule.pull_tracked; only where
+        the set holds V)?"""
+        return bset.copy is not None and self.schedule.pull_tracked(t)
 
     def _round(self, b):
         """The server's count of the bucket's rounds once this one is applied."""
