@@ -19,6 +19,7 @@ from mxnet import autograd, gluon
 from cdsgd_mx.worker.buckets import DEFAULT_BUCKET_SIZE
 from cdsgd_mx.worker.config import DEFAULT_RESYNC_EVERY, ConfigError, check_config, check_learning_rate
 from cdsgd_mx.worker.kvstore import CDSGD
+from cdsgd_mx.worker import recorder
 
 DEFAULT_WARMUP_STEPS = 100  # the paper: "it takes little time usually"; a few hundred at most
 NO_WORKER_UPDATE = ("%s (the workers update; algorithm 'ssgd' or 'bitsgd'): with update_on_kvstore=None the "
@@ -65,10 +66,12 @@ class Trainer(gluon.Trainer):
                             nonfinite=nonfinite, bucket_size=bucket_size, aggregate=aggregate,
                             pull_compression=pull_compression, resync_every=resync_every)
         self._cdsgd.driven_by_trainer = True
-        self._cdsgd.param_names = [p.name for p in plist]
         super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=not aggregate)
+        # the keys are positions in gluon's order (a ParameterDict's names sorted), not collect_params'
+        self._cdsgd.param_names = [p.name for p in self._params]
         check_learning_rate("the optimizer's learning_rate", self._optimizer.learning_rate)
         self._steps = 0
+        self._recorder = False  # CDSGD_RECORD=DIR: x and g of every step, for the replay (recorder.py)
 
     # -- what the algorithm adds ------------------------------------------------------------
     @property
@@ -106,6 +109,7 @@ class Trainer(gluon.Trainer):
             if stale and not ignore_stale_grad:  # before anything is pushed: a refused step changes nothing
                 _, p, data = stale[0]
                 raise UserWarning(STALE % (p.name, next(d.context for d in data if not d._fresh_grad)))
+            self._record(batch_size, [p for _, p in pushed])
             self._cdsgd.pushpull([i for i, _ in pushed], [p.list_grad() for _, p in pushed],
                                  out=[p.list_data() for _, p in pushed],
                                  stale=[i for i, _, _ in stale] if ignore_stale_grad else None)
@@ -114,6 +118,24 @@ class Trainer(gluon.Trainer):
                 for d in data:
                     d._fresh_grad = False
         self._steps += 1
+
+    def _record(self, batch_size, params):
+        """With CDSGD_RECORD set: this step's x and g, before anything is pushed."""
+        if self._recorder is False:  # (the first step: the kvstore knows its rank now)
+            self._recorder = recorder.from_env(lambda: self._record_meta(params), self._cdsgd.rank)
+        if self._recorder:
+            self._recorder.step(self._steps, batch_size, self._optimizer.learning_rate, self.local_learning_rate,
+                                [p.list_data()[0].asnumpy() for p in params],
+                                [sum(g.asnumpy() for g in p.list_grad()) for p in params])
+
+    def _record_meta(self, params):
+        opt, c = self._optimizer, self._cdsgd
+        return {"algorithm": c.algorithm, "k": c.k, "warmup_steps": c.warmup_steps, "threshold": c.threshold,
+                "workers": c.num_workers, "pull_compression": c.pull_compression, "nonfinite": c.nonfinite,
+                "optimizer": type(opt).__name__.lower(), "momentum": float(getattr(opt, "momentum", 0.0) or 0.0),
+                "wd": float(opt.wd), "clip_gradient": opt.clip_gradient, "local_optimizer": c.local.name,
+                "names": [p.name for p in params], "shapes": [list(p.shape) for p in params],
+                "multipliers": [[p.lr_mult, p.wd_mult] for p in params]}
 
     def allreduce_grads(self):
         """update_on_kvstore=False: every parameter's gradient becomes the sum over all workers

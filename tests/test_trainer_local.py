@@ -8,7 +8,7 @@ import pytest
 from mxnet import gluon
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from simulate import simulate  # noqa: E402
+from cdsgd_mx.experiments.simulation import simulate  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
 import cdsgd_mx  # noqa: E402
@@ -137,6 +137,22 @@ def test_non_finite_gradient_stops_with_the_parameter_and_step():
     plist[2].grad()[:] = np.nan
     with pytest.raises(FloatingPointError, match="non-finite gradient in parameter p2 at step 0"):
         mark_fresh(tr)  # the gradients were written by hand
+        tr.step(1)
+
+
+def test_a_non_finite_gradient_is_named_by_its_own_parameter_in_a_gluon_net():
+    """gluon's Trainer orders a ParameterDict by name (dense0_bias before dense0_weight), not as
+    collect_params lists it: the message must name the parameter whose gradient is non-finite."""
+    net = gluon.nn.Dense(3, in_units=4)
+    net.initialize()
+    tr = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="local", algorithm="bitsgd",
+                          warmup_steps=0)
+    net.bias.grad()[:] = 0.1
+    net.weight.grad()[:] = 0.1
+    net.weight.grad()[1, 2] = np.inf
+    with pytest.raises(FloatingPointError, match=r"non-finite gradient in parameter %s at step 0 \(1 values\)"
+                       % net.weight.name):
+        mark_fresh(tr)
         tr.step(1)
 
 

@@ -91,6 +91,34 @@ def paired(a, b, level=0.95):
     return Difference(mean, s.std, s.n, low, high, level)
 
 
+Rate = namedtuple("Rate", "k n rate low high level")  # k events in n runs; [low, high]: the interval
+
+
+def _binomial_cdf(k, n, p):
+    """P(X <= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1))
+
+
+def _solve(f, target):
+    """The p in [0, 1] where the decreasing f(p) crosses target (bisection to 1e-12)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) > target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def rate(k, n, level=0.95):
+    """How often an event came (k runs of n, e.g. diverged): k / n and its exact two-sided
+    Clopper-Pearson interval at `level` (never narrower than asked, even at k = 0 or k = n)."""
+    if not 0 <= k <= n or n < 1:
+        raise ValueError("rate needs 0 <= k <= n and n >= 1, got k=%r, n=%r" % (k, n))
+    tail = (1 - level) / 2
+    low = 0.0 if k == 0 else _solve(lambda p: _binomial_cdf(k - 1, n, p), 1 - tail)     # P(X >= k) = tail
+    high = 1.0 if k == n else _solve(lambda p: _binomial_cdf(k, n, p), tail)             # P(X <= k) = tail
+    return Rate(k, n, k / n, low, high, level)
+
+
 def exceeds(diff, margin=0.0):
     """Verdict on "the true difference is above margin" (a > b: margin 0; a >= b - 0.1 pp on
     accuracies as fractions: margin -0.001)."""

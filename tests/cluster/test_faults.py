@@ -112,7 +112,7 @@ def test_nonfinite_skip_drops_the_step_on_every_worker(tmp_path, alg):
     import json
     import numpy as np
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from simulate import simulate
+    from cdsgd_mx.experiments.simulation import simulate
     from worker.test_engine import CFG, SHAPES
     from workers.engine_worker import grad_fn, init_value
     nan_at = [[0, 1], [1, 4], [0, 6], [1, 6]]

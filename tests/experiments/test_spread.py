@@ -82,3 +82,22 @@ def test_all_of():
     assert spread.all_of([H, C, F]) == F
     assert spread.all_of([H, C, H]) == C
     assert spread.all_of([]) == C
+
+
+def test_a_rate_has_the_exact_clopper_pearson_interval():
+    # closed forms at the edges: k = 0 gives [0, 1 - (0.025)^(1/n)], k = n its mirror
+    r = spread.rate(0, 20)
+    assert (r.rate, r.low) == (0.0, 0.0) and r.high == pytest.approx(1 - 0.025 ** (1 / 20), abs=1e-9)
+    r = spread.rate(20, 20)
+    assert r.high == 1.0 and r.low == pytest.approx(0.025 ** (1 / 20), abs=1e-9)
+    # published values (e.g. Clopper and Pearson's tables; R's binom.test)
+    r = spread.rate(1, 20)
+    assert r.rate == 0.05 and r.low == pytest.approx(0.001265, abs=1e-6) and r.high == pytest.approx(0.248733, abs=1e-6)
+    r = spread.rate(5, 10)
+    assert r.low == pytest.approx(0.187086, abs=1e-6) and r.high == pytest.approx(0.812914, abs=1e-6)
+    # the same coverage from a binomial tail at each end
+    r = spread.rate(3, 17)
+    assert spread._binomial_cdf(2, 17, r.low) == pytest.approx(0.975, abs=1e-9)
+    assert spread._binomial_cdf(3, 17, r.high) == pytest.approx(0.025, abs=1e-9)
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        spread.rate(3, 2)

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import outsider  # noqa: E402
-from simulate import simulate  # noqa: E402
+from cdsgd_mx.experiments.simulation import simulate  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
 from cdsgd_mx.wire import auth, protocol

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from simulate import simulate  # noqa: E402
+from cdsgd_mx.experiments.simulation import simulate  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
 from cdsgd_mx.wire import auth, protocol

@@ -13,7 +13,7 @@ import pytest
 from mxnet import autograd, gluon
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from simulate import simulate  # noqa: E402
+from cdsgd_mx.experiments.simulation import simulate  # noqa: E402
 from test_engine import CFG, K, STEPS, T, WARMUP, finish, start  # noqa: E402
 from workers.engine_worker import SHAPES, device_grad, init_value, summed_grad  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""Independent numpy simulation of the engine's semantics (the issue's definition, not the code).
+"""Independent numpy simulation of the engine's semantics (the issue's definition, not the code):
+the tests compare the engine with it, and the replay (replay.py) compares a recorded run with it.
 
 Global update: W(t+1) = SGD-momentum(W(t), sum over workers of the pushed gradient).
 Forward weights: x(t) = W(t) in warm-up and for ssgd/bitsgd; for odsgd/cdsgd, t >= n:
