@@ -541,7 +541,24 @@ def per_seed_lines(results, names):
         lines += ["", "Failed runs, left out of the means and of the paired differences (which take the seeds "
                       "where both runs finished):", ""]
         lines += ["- %s, %d workers, seed %d: %s" % (LABELS[n], w, s, why) for (n, w, s), why in sorted(FAILED.items())]
+        lines += ["", "How often each run failed, with the exact (Clopper-Pearson) 95% interval of its rate "
+                      "(cdsgd_mx.experiments.spread.rate):", ""]
+        lines += ["- %s, %d workers: %d of %d seeds, %.1f%% [%.1f%%, %.1f%%]" % (
+            LABELS[n], w, r["failed"], r["n"], 100 * r["rate"], 100 * r["low"], 100 * r["high"])
+            for (n, w), r in sorted(failure_rates(results).items(), key=lambda kv: (kv[0][1], names.index(kv[0][0])))]
     return lines
+
+
+def failure_rates(results):
+    """{(name, workers): failed runs of all seeds run, their rate and its 95% interval}."""
+    from cdsgd_mx.experiments import spread
+    keys = set(results) | {(n, w) for n, w, _ in FAILED}
+    rates = {}
+    for n, w in keys:
+        failed = sum(1 for (fn, fw, _) in FAILED if (fn, fw) == (n, w))
+        r = spread.rate(failed, failed + len(results.get((n, w), [])))
+        rates[(n, w)] = {"failed": r.k, "n": r.n, "rate": r.rate, "low": r.low, "high": r.high}
+    return rates
 
 
 def accuracy_cells(results, name, workers):
@@ -598,7 +615,9 @@ def seeds_record(name, quick, data, results, claims):
                                                   "epoch_s": epoch_seconds(r.iters)} for r in rs}
             for key, rs in results.items()}
     failed = [{"run": n, "workers": w, "seed": s, "why": why} for (n, w, s), why in sorted(FAILED.items())]
-    return {"experiment": name, "quick": quick, "data": data, "runs": runs, "claims": claims, "failed": failed}
+    rates = [dict(run=n, workers=w, **r) for (n, w), r in sorted(failure_rates(results).items())]
+    return {"experiment": name, "quick": quick, "data": data, "runs": runs, "claims": claims, "failed": failed,
+            "failure_rates": rates}
 
 
 # ---- speed: fig10 -----------------------------------------------------------------------------

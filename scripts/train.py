@@ -191,7 +191,9 @@ def worker(cfg, resume):
     trainer_args = dict(kvstore=kvstore, algorithm=cfg.algorithm, k=k, warmup_steps=cfg.warmup_steps,
                         threshold=cfg.threshold, nonfinite=cfg.nonfinite,
                         pull_compression=cfg.pull_compression, resync_every=cfg.resync_every,
-                        local_optimizer_params={"learning_rate": cfg.local_lr or cfg.lr})
+                        local_optimizer_params=dict({"learning_rate": cfg.local_lr or cfg.lr},
+                                                    **({} if cfg.local_clip is None else
+                                                       {"clip_gradient": cfg.local_clip})))
     # the data shard needs the rank, which the Trainer's kvstore knows: model, trainer, then data
     shape = models.INPUT_SHAPES[cfg.model]
     net = models.build(cfg.model, num_classes(cfg))

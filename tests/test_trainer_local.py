@@ -68,6 +68,27 @@ def test_lenet_like_training_reduces_loss_with_cdsgd():
     assert losses[-1] < 0.5 * losses[0], losses
 
 
+@pytest.mark.parametrize("clip", [None, 0.05])
+def test_a_clip_on_the_local_step_bounds_each_value_of_it(clip):
+    """local_optimizer_params={'clip_gradient': c} (train.py's local_clip): x(t+1) = W(t) -
+    lr_loc * clip(g(t) / batch, -c, c)."""
+    params, plist = make_params()
+    local = {"learning_rate": 0.8} if clip is None else {"learning_rate": 0.8, "clip_gradient": clip}
+    tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.2}, kvstore="local", algorithm="odsgd",
+                          warmup_steps=0, local_optimizer_params=local)
+    w0 = [p.data().asnumpy() for p in plist]
+    grads = [np.linspace(-1, 1, p.data().size, dtype=np.float32).reshape(p.shape) for p in plist]
+    for p, g in zip(plist, grads):
+        p.grad()[:] = g
+    mark_fresh(tr)
+    tr.step(4)
+    tr.wait_all()
+    for p, w, g in zip(plist, w0, grads):
+        step = g / np.float32(4) if clip is None else np.clip(g / np.float32(4), -clip, clip)
+        np.testing.assert_allclose(p.data().asnumpy(), w - np.float32(0.8) * step, rtol=0, atol=1e-6)
+    assert np.abs(grads[0] / 4).max() > 0.2  # the clip bit on these values
+
+
 def test_learning_rates_schedule_together():
     params, plist = make_params()
     tr = cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.2}, kvstore="local", algorithm="odsgd",

@@ -31,6 +31,7 @@ class Config:
     batch_size: int = 32            # per worker
     lr: float = 0.1                 # global learning rate
     local_lr: Optional[float] = None  # local update's learning rate (None: the global one)
+    local_clip: Optional[float] = None  # odsgd/cdsgd: each value of the local step's rescaled gradient clipped to [-c, c]
     lr_steps: List[int] = field(default_factory=list)  # epochs at which both rates are multiplied by lr_factor
     lr_factor: float = 0.1
     momentum: float = 0.0
@@ -102,6 +103,7 @@ def _check(cfg):
     integer("batch_size", 1)
     number("lr", 0, strict=True)
     number("local_lr", 0, strict=True, allow_none=True)
+    number("local_clip", 0, strict=True, allow_none=True)
     number("lr_factor", 0, strict=True, high=1.0000001)
     number("momentum", 0, strict=False, high=1)
     number("wd", 0, strict=False)

@@ -17,6 +17,7 @@ BASE = {"iterations": 100}
     ("batch_size", -2, "batch_size must be an integer >= 1, got -2"),
     ("lr", 0, "lr must be a number > 0, got 0"),
     ("local_lr", -1, "local_lr must be a number > 0 or null, got -1"),
+    ("local_clip", 0, "local_clip must be a number > 0 or null, got 0"),
     ("lr_factor", 2, "lr_factor must be a number > 0 and < 1, got 2"),
     ("momentum", 1.0, "momentum must be a number >= 0 and < 1, got 1.0"),
     ("wd", -0.1, "wd must be a number >= 0, got -0.1"),

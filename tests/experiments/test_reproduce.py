@@ -335,6 +335,12 @@ def test_a_seed_that_diverges_is_recorded_and_the_sweep_goes_on(tmp_path, monkey
     assert rp.FAILED == {("cdsgd", 2, 1): why}
     lines = rp.per_seed_lines(results, rp.ALGORITHMS)
     assert "| CD-SGD | 2 | 50.00 | failed | 52.00 |" in lines and "- CD-SGD, 2 workers, seed 1: " + why in lines
+    # 1 of 3 failed: 33.3%, exact 95% interval 0.8% - 90.6%; 0 of 3: up to 70.8% (1 - 0.025^(1/3))
+    assert "- CD-SGD, 2 workers: 1 of 3 seeds, 33.3% [0.8%, 90.6%]" in lines
+    assert "- S-SGD, 2 workers: 0 of 3 seeds, 0.0% [0.0%, 70.8%]" in lines
+    rates = rp.seeds_record("fig6", True, "MNIST", results, [])["failure_rates"]
+    assert {(r["run"], r["failed"], r["n"]) for r in rates} == {("ssgd", 0, 3), ("bitsgd", 0, 3), ("odsgd", 0, 3),
+                                                                ("cdsgd", 1, 3)}
     (keep,) = [r for r in rp.judge_claims(exp, results) if r["claim"].startswith("CD-SGD keeps S-SGD's")]
     assert keep["differences"][0]["n"] == 2  # the seeds where both finished
     assert rp.seeds_record("fig6", True, "MNIST", results, [])["failed"] == [
