@@ -234,3 +234,17 @@ def test_a_bad_bigarray_bound_is_refused(monkeypatch, bound):
     params, _ = make_params()
     with pytest.raises(ConfigError, match="MXNET_KVSTORE_BIGARRAY_BOUND must be an integer > 0 .elements., got '%s'" % bound):
         cdsgd_mx.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore="local")
+
+
+def test_the_local_step_benchmark_times_the_same_update_with_and_without_the_clip(capsys):
+    """python -m cdsgd_mx.bench.local_step: one line per size, both times and their ratio; the
+    clipped call is the update the clip test above checks (sgd_update with clip_gradient)."""
+    from cdsgd_mx.bench import local_step
+    local_step.main(["--sizes", "200000,300000", "--repeats", "3"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [l.split(" values")[0] for l in lines] == ["200000", "300000"]
+    for line in lines:
+        a, b, ratio = (float(x) for x in
+                       __import__("re").match(r".*local step ([\d.]+) ms, with clip_gradient=0.1 ([\d.]+) ms: ([\d.]+)x$",
+                                              line).groups())
+        assert a > 0 and b > 0 and abs(ratio - b / a) < 0.02 + 0.02 * ratio  # (times printed to 1 us)
