@@ -190,7 +190,7 @@ def worker(cfg, resume):
     k = choose_k(cfg)
     trainer_args = dict(kvstore=kvstore, algorithm=cfg.algorithm, k=k, warmup_steps=cfg.warmup_steps,
                         threshold=cfg.threshold, nonfinite=cfg.nonfinite,
-                        pull_compression=cfg.pull_compression, resync_every=cfg.resync_every,
+                        pull_compression=cfg.pull_compression, resync_every=cfg.resync_every, fp32_sum=cfg.fp32_sum,
                         local_optimizer_params={"learning_rate": cfg.local_lr or cfg.lr})
     # the data shard needs the rank, which the Trainer's kvstore knows: model, trainer, then data
     shape = models.INPUT_SHAPES[cfg.model]
