@@ -34,7 +34,9 @@ class Trainer(gluon.Trainer):
     """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
     local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None,
     nonfinite='error', bucket_size=2^20 values, pull_compression='none' ('2bit': 2-bit both
-    ways, bitsgd and cdsgd), resync_every=0 (bitsgd with 2-bit pulls: never re-sync) (see CDSGD).
+    ways, bitsgd and cdsgd), resync_every=0 (bitsgd with 2-bit pulls: never re-sync),
+    fp32_sum='arrival' ('rank': the servers sum fp32 pushes in rank order, so the same seed gives
+    the same weights with any number of workers) (see CDSGD).
 
     The parameters are fused into buckets: their gradients are bound to slices of one flat
     buffer (autograd writes there), and every step hands all of them to the kvstore at once.
@@ -45,10 +47,10 @@ class Trainer(gluon.Trainer):
                  k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",
                  local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None,
                  nonfinite="error", bucket_size=DEFAULT_BUCKET_SIZE, pull_compression="none",
-                 resync_every=DEFAULT_RESYNC_EVERY):
+                 resync_every=DEFAULT_RESYNC_EVERY, fp32_sum="arrival"):
         aggregate = update_on_kvstore is False  # the servers sum, the workers update (gluon's meaning)
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
-                     pull_compression, resync_every)
+                     pull_compression, resync_every, fp32_sum)
         for name, given in (("optimizer_params", optimizer_params), ("local_optimizer_params", local_optimizer_params)):
             if isinstance(given, dict) and "learning_rate" in given:
                 check_learning_rate(name + "['learning_rate']", given["learning_rate"])
@@ -64,7 +66,7 @@ class Trainer(gluon.Trainer):
                             kvstore=kvstore if kvstore is not None else "local", local_optimizer=local_optimizer,
                             local_optimizer_params=local_optimizer_params, trace=trace,
                             nonfinite=nonfinite, bucket_size=bucket_size, aggregate=aggregate,
-                            pull_compression=pull_compression, resync_every=resync_every)
+                            pull_compression=pull_compression, resync_every=resync_every, fp32_sum=fp32_sum)
         self._cdsgd.driven_by_trainer = True
         super().__init__(params, optimizer, optimizer_params, kvstore=self._cdsgd, update_on_kvstore=not aggregate)
         # the keys are positions in gluon's order (a ParameterDict's names sorted), not collect_params'

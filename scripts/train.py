@@ -190,7 +190,7 @@ def worker(cfg, resume):
     k = choose_k(cfg)
     trainer_args = dict(kvstore=kvstore, algorithm=cfg.algorithm, k=k, warmup_steps=cfg.warmup_steps,
                         threshold=cfg.threshold, nonfinite=cfg.nonfinite,
-                        pull_compression=cfg.pull_compression, resync_every=cfg.resync_every,
+                        pull_compression=cfg.pull_compression, resync_every=cfg.resync_every, fp32_sum=cfg.fp32_sum,
                         local_optimizer_params=dict({"learning_rate": cfg.local_lr or cfg.lr},
                                                     **({} if cfg.local_clip is None else
                                                        {"clip_gradient": cfg.local_clip})))

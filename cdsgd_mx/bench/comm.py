@@ -35,6 +35,11 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
               rounds and its both-ways round (2-bit pull) on odd ones, in one job: a BIT-SGD
               Trainer with pull_compression='2bit' whose even rounds pull W (the servers then copy
               V := W, which today's round does not: the one-way figure is a little high)
+  paired_sum  (not in the default list) S-SGD's round with the servers' fp32 sum in arrival order
+              (pushes to the weight keys) on even rounds and in rank order (fp32_sum='rank': rows
+              keys, the pull after their acknowledgement) on odd ones, in one job: an S-SGD Trainer
+              with fp32_sum='rank' whose even rounds push to W (so both use its buckets, which
+              'rank' may cut smaller: protocol.max_chunk); printed as paired, rank/arrival
   ssgd_percall, bitsgd_percall (not in the default list) gluon.Trainer given our store
               (cdsgd_mx.CDSGD): one pushpull per parameter, as Module and fit.py scripts hand a
               step over, collected into buckets by the store (worker/fusion.py); printed under the
@@ -61,12 +66,16 @@ from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable
 from cdsgd_mx.bench import mark_fresh
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
-EXTRA_SYSTEMS = ["paired", "paired_pull", "ssgd_percall", "bitsgd_percall"]   # asked for by name; printed under the table
+EXTRA_SYSTEMS = ["paired", "paired_pull", "paired_sum", "ssgd_percall", "bitsgd_percall"]  # by name; under the table
 OURS = ("ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit")
 PER_CALL = ("ssgd_percall", "bitsgd_percall")  # gluon.Trainer with our store: one pushpull per parameter, as Module
-OUR_JOBS = OURS + ("paired", "paired_pull") + PER_CALL  # jobs on the project's server
+OUR_JOBS = OURS + ("paired", "paired_pull", "paired_sum") + PER_CALL  # jobs on the project's server
 PAIRED = {"paired": (("ssgd", "none"), ("bitsgd", "none")),  # (even round, odd round): (algorithm, pull)
           "paired_pull": (("bitsgd", "none"), ("bitsgd", "2bit"))}
+ALTERNATING = tuple(PAIRED) + ("paired_sum",)  # jobs whose even and odd rounds are timed apart
+ALGORITHM_OF = {"paired": "bitsgd", "paired_pull": "bitsgd", "paired_sum": "ssgd"}  # (else the system's name)
+ROUND_NAMES = {"paired": ("ssgd", "bitsgd"), "paired_pull": ("bitsgd", "bitsgd_2bit"),  # (even, odd)
+               "paired_sum": ("arrival", "rank")}
 BATCH = 32            # only rescales the gradients (rescale_grad = 1/batch)
 WARMUP_ROUNDS = 4     # untimed rounds first: registration, buffers, connections
 OPTIMIZER = {"learning_rate": 0.01, "momentum": 0.9}
@@ -138,7 +147,9 @@ def worker(args):
             extra = {"bucket_size": args.bucket_size} if args.bucket_size else {}
             if args.system.endswith("_2bit") or args.system == "paired_pull":
                 extra.update(pull_compression="2bit", resync_every=1 << 30)  # bitsgd: only step 0 re-syncs
-            algorithm = "bitsgd" if args.system in PAIRED else args.system.replace("_2bit", "")
+            if args.system == "paired_sum":  # the buckets get rows keys; even rounds leave them alone
+                extra["fp32_sum"] = "rank"
+            algorithm = ALGORITHM_OF.get(args.system, args.system.replace("_2bit", ""))
             if args.trace:
                 extra["trace"] = trace_path(args.trace, args.models, args.link, args.system,
                                             os.environ.get("CDSGD_LAUNCH_INDEX", "0"))
@@ -155,9 +166,8 @@ def worker(args):
             p.grad()[:] = g  # once: a step leaves the gradients as they are
 
         def one_round():
-            if args.system in PAIRED:  # paired: S-SGD's round on even steps, BIT-SGD's on odd ones
-                ours = trainer.kvstore
-                ours.schedule.begin(ours.steps_done, *PAIRED[args.system][ours.steps_done % 2])
+            if args.system in ALTERNATING:
+                alternate(trainer.kvstore, args.system)
             mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
             trainer.step(BATCH)
             mx.nd.waitall()
@@ -169,7 +179,7 @@ def worker(args):
         trainer.kvstore.wait_all()
         mx.nd.waitall()
     b0, times = pushed(), []
-    if args.system in PAIRED:  # WARMUP_ROUNDS is even: the timed rounds start with the even kind
+    if args.system in ALTERNATING:  # WARMUP_ROUNDS is even: the timed rounds start with the even kind
         kinds = {False: [], True: []}
         for t in range(2 * args.rounds):
             t0 = time.perf_counter()
@@ -177,7 +187,7 @@ def worker(args):
             kinds[t % 2 == 1].append(1e3 * (time.perf_counter() - t0))
         even_ms, odd_ms = statistics.median(kinds[False]), statistics.median(kinds[True])
         rank = trainer._kvstore.rank
-        names = [alg + ("_2bit" if pull == "2bit" else "") for alg, pull in PAIRED[args.system]]
+        names = ROUND_NAMES[args.system]
         if args.trace:
             trainer.save_trace()
         print("RESULT " + json.dumps({"rank": rank, "ms": odd_ms, "even_ms": even_ms, "odd_ms": odd_ms,
@@ -204,6 +214,16 @@ def worker(args):
     print("RESULT " + json.dumps({"rank": rank, "ms": ms, "round_ms": times,
                                   "bytes_per_round": (pushed() - b0) / args.rounds if args.system in OURS else None}),
           flush=True)
+
+
+def alternate(ours, system):
+    """Ready the next round of a job that times two kinds of round in turn (ROUND_NAMES: the
+    even steps' kind, then the odd steps')."""
+    odd = ours.steps_done % 2 == 1
+    if system == "paired_sum":  # fp32 to W (summed as it arrives), or as rows (summed in rank order)
+        ours.rounds.fp32_rows = odd
+    else:  # paired: S-SGD's round, then BIT-SGD's; paired_pull: BIT-SGD's one way, then both ways
+        ours.schedule.begin(ours.steps_done, *PAIRED[system][odd])
 
 
 # -- leader: jobs, table, JSON --------------------------------------------------------------
@@ -454,7 +474,7 @@ def print_table(args, infos, results):
                                     % (p["ms"] / fused["ms"], fused["ms"]) if fused and "ms" in fused else ""))
                 elif p and "error" in p:
                     notes.append("%s %s %s failed: %s" % (model, link, system, p["error"]))
-            for system, (even, odd) in (("paired", ("ssgd", "bitsgd")), ("paired_pull", ("bitsgd", "bitsgd_2bit"))):
+            for system, (even, odd) in ROUND_NAMES.items():
                 p = res.get(system)
                 if p and "ratio" in p:
                     notes.append("%s %s %s in one job (%d rounds of each): %s %.1f ms, %s %.1f ms, %s/%s %.2f "

@@ -41,6 +41,7 @@ class Config:
     threshold: float = 0.5
     pull_compression: str = "none"  # '2bit': 2 bits both ways (bitsgd, cdsgd; cdsgd_mx.wire.pull_compression)
     resync_every: int = 0           # bitsgd with 2-bit pulls: an exact fp32 pull every this many steps (0: never)
+    fp32_sum: str = "arrival"       # 'rank': the servers sum fp32 pushes in rank order (one seed, one run, any workers)
     epochs: Optional[int] = None
     iterations: Optional[int] = None
     bandwidth: Optional[str] = None  # emulated link, tc syntax (1gbit)
@@ -113,6 +114,7 @@ def _check(cfg):
     number("threshold", 0, strict=True)
     choice("pull_compression", ("none", "2bit"))
     integer("resync_every", 0)
+    choice("fp32_sum", ("arrival", "rank"))
     need(cfg.pull_compression == "none" or cfg.algorithm in ("bitsgd", "cdsgd"),
          "pull_compression: '2bit' needs algorithm bitsgd or cdsgd, got %r" % (cfg.algorithm,))
     integer("epochs", 1, allow_none=True)

@@ -7,10 +7,12 @@ Worker side, WorkerProofs: seal(bucket) before a push, bucket_applied(bucket) / 
 status) after the pull (False: the server dropped the round, send it again), seal_next(bucket)
 after an applied round, unseal(bucket) where a pull overwrote the regions.
 Server side, ServerProofs: proven(key, sum, n, announced) / proven_rows(pk, wk, n, rows, ranks)
-before an update, count_round(group, stored, n) after it.
+(one_row_each(what, ranks, width, expected) for fp32 rows) before an update, count_round(group,
+stored, n) after it.
 
 API: WorkerProofs(session_keys, rank, num_workers).seal / seal_next / bucket_applied / applied /
-region_for; ServerProofs(session, num_workers, drop).proven / proven_rows / count_round; unseal.
+region_for; ServerProofs(session, num_workers, drop).proven / proven_rows / one_row_each / count_round;
+unseal.
 """
 import time
 
@@ -140,15 +142,22 @@ class ServerProofs:
             words = codec.packed_size(n) + extra
             ranks = [int(r) for r in (row_ids if isinstance(row_ids, np.ndarray) else row_ids.asnumpy())]
             width = words + auth.TAG_FLOATS
-            if wire.shape[1] != width or sorted(ranks) != list(range(self.num_workers)):
-                return self.drop("a push to payload key %d that is not the job's (rows %s of %d values)"
-                                 % (pk, ranks, wire.shape[1]))
+            if not self.one_row_each("payload key %d" % pk, ranks, wire.shape[1], width):
+                return False
             return self._tags_check("payload key %d" % pk, "codes", wk, n, np.ascontiguousarray(wire),
                                     [i * width + words for i in range(len(ranks))], ranks)
         except Exception as e:
             return self.drop("a push to payload key %d that is not the job's (%s)" % (pk, e))
         finally:
             self._clocked(start)
+
+    def one_row_each(self, what, ranks, width, expected_width):
+        """Whether a round of a row_sparse key (`what`) holds exactly one row of expected_width
+        values from every worker rank (ranks: its rows' ids), else it is dropped: a push from
+        outside the job took a place in it, or summed into a worker's row."""
+        if width != expected_width or sorted(ranks) != list(range(self.num_workers)):
+            return self.drop("a push to %s that is not the job's (rows %s of %d values)" % (what, ranks, width))
+        return True
 
     def _tags_check(self, what, kind, group, n, values, tag_at, ranks):
         """values (the round's sum, or the payload rows; waited for) must hold at each offset of

@@ -5,7 +5,11 @@ MXNET_KVSTORE_BIGARRAY_BOUND, which MXNet reads on the workers) and gets
 - a weight key: the fp32 weights of the bucket's parameters, flat, on its server; full-precision
   gradients are pushed to it and the global weights are pulled from it;
 - a payload key on the same server: a row_sparse float32 [num_workers, ceil(size/16) + T] key to
-  which each worker pushes its 2-bit codes as its own row (ternary16 wire format).
+  which each worker pushes its 2-bit codes as its own row (ternary16 wire format);
+- with fp32_sum='rank', an fp32 rows key on the same server: a row_sparse float32
+  [num_workers, size + num_workers * T] key to which each worker pushes its fp32 round (what it
+  would push to the weight key, proof region included) as its own row, so that the server can
+  sum the rows in rank order (MXNet sums a dense key's pushes in arrival order).
 On the parameter server every pushed array ends with a proof region (auth.py): a dense key's
 value has num_workers * T more values (worker r's MAC tag at slot r, zeros elsewhere, so the
 server's sum keeps every tag), a payload row has T more columns. The tag covers (kind, rank,
@@ -60,12 +64,15 @@ def server_of(key, num_servers):
     return (key * PLACEMENT_PRIME) % num_servers
 
 
-def max_chunk(bound, num_workers):
-    """Largest bucket whose weight key and payload key both stay below the bound, each with
-    its proof region (auth.TAG_FLOATS per worker)."""
-    by_weight = bound - 1 - num_workers * auth.TAG_FLOATS
+def max_chunk(bound, num_workers, fp32_rows=False):
+    """Largest bucket whose weight key and payload key (and with fp32_rows its fp32 rows key)
+    all stay below the bound, each with its proof region (auth.TAG_FLOATS per worker): MXNet
+    splits a larger row_sparse key's rows across the servers."""
+    region = num_workers * auth.TAG_FLOATS
+    by_weight = bound - 1 - region
     by_payload = ((bound - 1) // num_workers - auth.TAG_FLOATS) * codec.VALUES_PER_WORD
-    return max(1, min(by_weight, by_payload))
+    by_rows = (bound - 1) // num_workers - region if fp32_rows else by_weight
+    return max(1, min(by_weight, by_payload, by_rows))
 
 
 class Keys:

@@ -93,21 +93,23 @@ class Bucket:
     down_key: Optional[int] = None                      # 2-bit pulls: the key of the codes of W - V
     down_wire: Any = field(default=None, repr=False)    # ... where they are pulled (codes, scale, norms, count)
     down_status: Any = field(default=None, repr=False)  # ... the server's count of the bucket's rounds
+    rows_key: Optional[int] = None                      # fp32_sum='rank': its fp32 rounds' rows, one per worker
 
     @property
     def words(self):
         return codec.packed_size(self.size)
 
 
-def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bound=None):
+def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bound=None, fp32_rows=False):
     """Buckets for params = [(key, size)] in registration order (every worker plans the same).
 
     A bucket holds at most min(bucket_size, the big-array bound's limit, total / num_servers)
     values, so that each key fits one server and every server gets a share; a parameter above
-    that is cut into pieces (at least num_servers when it reaches the bound, as MXNet would)."""
+    that is cut into pieces (at least num_servers when it reaches the bound, as MXNet would).
+    fp32_rows: the buckets get fp32 rows keys (fp32_sum='rank'), whose bound is lower."""
     bound = protocol.bigarray_bound() if bound is None else bound
     total = sum(size for _, size in params)
-    limit = max(1, min(bucket_size, protocol.max_chunk(bound, num_workers), math.ceil(total / num_servers)))
+    limit = max(1, min(bucket_size, protocol.max_chunk(bound, num_workers, fp32_rows), math.ceil(total / num_servers)))
     load = [0] * num_servers
     buckets, state_id, offset = [], first_state, 0
     current = None

@@ -1,7 +1,8 @@
 """Checked settings of a CD-SGD kvstore: what may be asked for, and the one-line errors.
 
 API: ConfigError; check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite,
-bucket_size, aggregate); check_learning_rate(name, lr); existing_dist_sync(kvstore).
+bucket_size, aggregate, pull_compression, resync_every, fp32_sum); check_learning_rate(name, lr);
+existing_dist_sync(kvstore).
 """
 import os
 
@@ -24,6 +25,9 @@ DIST_SYNC_NAMES = ("dist", "dist_sync", "dist_sync_device", "dist_device_sync")
 LAUNCH_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 NONFINITE_POLICIES = ("error", "skip")
 PULL_COMPRESSIONS = ("none", "2bit")
+# how the servers sum the workers' fp32 pushes: in the order they arrive (MXNet's own), or in rank
+# order (fp32 rows keys: the same seed gives the same weights with any number of workers)
+FP32_SUMS = ("arrival", "rank")
 DEFAULT_RESYNC_EVERY = 0  # BIT-SGD with 2-bit pulls: 0, never an exact fp32 pull (a re-sync kicks V; docs/performance.md)
 AGGREGATE_CHECKPOINT = ("save_states/load_states with update_on_kvstore=False (the workers update) are not supported "
                         "yet: checkpoint a job whose servers update (update_on_kvstore=None)")
@@ -57,7 +61,7 @@ def describe_store(kvstore):
 
 def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="error",
                  bucket_size=DEFAULT_BUCKET_SIZE, aggregate=False, pull_compression="none",
-                 resync_every=DEFAULT_RESYNC_EVERY):
+                 resync_every=DEFAULT_RESYNC_EVERY, fp32_sum="arrival"):
     if algorithm not in ALGORITHMS:
         raise ConfigError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -82,6 +86,8 @@ def check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite="erro
     if aggregate and algorithm in DELAYED:
         raise ConfigError(AGGREGATE_DELAYED % algorithm)
     check_pull(algorithm, pull_compression, resync_every, aggregate)
+    if fp32_sum not in FP32_SUMS:
+        raise ConfigError("fp32_sum must be one of %s, got %r" % (", ".join(FP32_SUMS), fp32_sum))
 
 
 def check_pull(algorithm, pull_compression, resync_every=DEFAULT_RESYNC_EVERY, aggregate=False):

@@ -23,7 +23,7 @@ ENV, ENV_FILE = "CDSGD_OPTIONS", "CDSGD_OPTIONS_FILE"
 # option -> how its text is read (what CDSGD's constructor takes, and local_lr for the local rate)
 OPTIONS = {"algorithm": str, "k": int, "warmup_steps": int, "threshold": float, "local_optimizer": str,
            "local_lr": float, "local_momentum": float, "nonfinite": str, "bucket_size": int,
-           "pull_compression": str, "resync_every": int, "trace": str, "fuse_calls": int}
+           "pull_compression": str, "resync_every": int, "trace": str, "fuse_calls": int, "fp32_sum": str}
 NAMES = {"dist_sync_" + alg: alg for alg in ALGORITHMS}  # + 'cdsgd', whose algorithm comes from the options
 
 

@@ -155,6 +155,7 @@ def _check_manifest(kv, fname, manifest):
     except Exception:
         raise checkpoint.Damaged("checkpoint %s is missing, corrupted or truncated: not a manifest" % fname) from None
     config.setdefault("pull_compression", "none")  # (written before 2-bit pulls existed)
+    config.setdefault("fp32_sum", "arrival")  # (written before rank-order sums existed)
     mismatch = {k: (v, config.get(k)) for k, v in job_config(kv).items() if config.get(k) != v}
     if mismatch:
         raise ValueError("checkpoint %s was written by another configuration: %s" % (
@@ -238,7 +239,8 @@ def _backend_optimizer(kv, fname, sid):
 def job_config(kv):
     config = {"algorithm": kv.algorithm, "k": kv.k, "warmup_steps": kv.warmup_steps,
               "threshold": kv.threshold, "bucket_size": kv.bucket_size, "num_workers": kv.num_workers,
-              "num_servers": kv._backend.num_servers, "pull_compression": kv.pull_compression}
+              "num_servers": kv._backend.num_servers, "pull_compression": kv.pull_compression,
+              "fp32_sum": kv.fp32_sum}  # (with 'rank' the buckets may be cut elsewhere: protocol.max_chunk)
     if kv.pull_compression != "none" and kv.algorithm == "bitsgd":
         config["resync_every"] = kv.resync_every
     return config

@@ -85,15 +85,21 @@ class CDSGD(KVStoreBase):
         servers (pull_compression.py); cdsgd's k-step correction pulls fp32 W and moves V by
         the codes of W - V on both sides; bitsgd re-syncs (V := W) every resync_every steps
         (default 0: never; a re-sync costs accuracy under momentum)
+    fp32_sum: how the servers sum the workers' fp32 pushes (warm-up, ssgd, odsgd, cdsgd's
+        corrections): 'arrival' (default: MXNet's own, in the order the pushes arrive, so with 3
+        or more workers two runs of one seed differ in the last bits) or 'rank' (each worker
+        pushes its own row of a row_sparse key and the servers add the rows in rank order: the
+        same seed gives the same weights bit for bit; kvstore='local' has one order anyway)
     """
 
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
                  local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error",
                  bucket_size=bucketing.DEFAULT_BUCKET_SIZE, aggregate=False, pull_compression="none",
-                 resync_every=DEFAULT_RESYNC_EVERY, fuse_calls=True):
+                 resync_every=DEFAULT_RESYNC_EVERY, fuse_calls=True, fp32_sum="arrival"):
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
-                     pull_compression, resync_every)
+                     pull_compression, resync_every, fp32_sum)
         self.pull_compression = pull_compression
+        self.fp32_sum = fp32_sum
         self.fuse_calls = bool(fuse_calls)
         self.resync_every = int(resync_every)
         self.aggregate = bool(aggregate)
@@ -119,6 +125,8 @@ class CDSGD(KVStoreBase):
             raise ConfigError(str(e)) from None
         if isinstance(self._backend, DistBackend):
             guards.check_servers(self._backend)  # the handshake ran in the backend, before any command
+        # fp32 rounds through rows keys, summed in rank order (in process one worker's sum has one order)
+        self._fp32_rows = fp32_sum == "rank" and isinstance(self._backend, DistBackend)
         self._nonfinite = guards.NonfinitePolicy(nonfinite, self._backend, self._names)
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._optimizer = None
@@ -239,7 +247,7 @@ class CDSGD(KVStoreBase):
             shapes[k] = tuple(v.shape)
         plan = bucketing.plan([(k, int(np.prod(shapes[k]))) for k in keys], self.bucket_size, self.num_workers,
                               self._backend.num_servers, self._keys,
-                              first_state=len(self._slots()) + self.fusion.abandoned)
+                              first_state=len(self._slots()) + self.fusion.abandoned, fp32_rows=self._fp32_rows)
         # the buffers live on the first device's context (its gradients are then bound to
         # grad_buf); on a GPU comm_buf, the proofs and the wire stay on the host and the
         # codec runs on the device (device-resident buckets, buckets.py; CDSGD_DEVICE_PATH=1
@@ -382,7 +390,7 @@ class CDSGD(KVStoreBase):
         return {"algorithm": self.algorithm, "k": self.k, "warmup_steps": self.warmup_steps,
                 "threshold": self.threshold, "nonfinite": self.nonfinite, "bucket_size": self.bucket_size,
                 "aggregate": self.aggregate, "pull_compression": self.pull_compression,
-                "resync_every": self.resync_every, "fuse_calls": self.fuse_calls}
+                "resync_every": self.resync_every, "fuse_calls": self.fuse_calls, "fp32_sum": self.fp32_sum}
 
     def _fuse_fresh(self):
         """Before the first step (or a checkpoint's load): parameters broadcast one per call
@@ -401,6 +409,8 @@ class CDSGD(KVStoreBase):
             if not self.aggregate:
                 self.rules.set_multipliers(bset, self.engine.steps)
         new = [b for bset in self._sets[self._registered:] for b in bset.buckets]
+        for b in new if self._fp32_rows else ():  # after the agreement check: every worker takes the same keys
+            b.rows_key = self._keys.on(b.server)
         if new:
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)
         self._registered = len(self._sets)

@@ -1,5 +1,6 @@
 """One round of a bucket set on the communication thread: push g(t) bucket by bucket (the
-2-bit codes of g(t) + residual, or fp32) with this worker's proof, issue the pulls of W(t+1)
+2-bit codes of g(t) + residual, or fp32: to the weight key, or with fp32_sum='rank' as this
+worker's row of the bucket's rows key) with this worker's proof, issue the pulls of W(t+1)
 (fp32, or with 2-bit pulls the codes of W(t+1) - V: pull_compression.py), then check that each
 bucket's round was applied (sending it again if a server dropped it); what a 2-bit pull brings
 is decoded into V and comm_buf by an engine operation issued behind it (pull_compression.py).
@@ -25,6 +26,9 @@ class RoundRunner:
         self.bytes_pushed = 0           # all pushes of this worker since creation
         self.bytes_by_step = {}         # step -> bytes pushed by this worker at that step
         self.resent = 0                 # rounds sent again after a server dropped them (a push from outside the job)
+        # fp32 rounds go to the buckets' rows keys where they have one (fp32_sum='rank'); False:
+        # to the weight keys (bench.comm's paired_sum times both sums in one job)
+        self.fp32_rows = True
 
     def push(self, bset, t, keep_residual=None):
         """Communication thread, push phase: push g(t) from comm_buf (codes or fp32) bucket by
@@ -53,15 +57,18 @@ class RoundRunner:
                 with self.tracer.span("push fp32", bucket=i, step=t):
                     bset.fp32_to_comm(b)
                     self.backend.seal(b, tracked)
-                    self.backend.push(b.weight_key, b.comm_wire)
+                    if self._rows_key(b) is None:
+                        self.backend.push(b.weight_key, b.comm_wire)
+                    else:  # this worker's row: the server sums the rows in rank order
+                        self.backend.push_row(b.rows_key)
                     if keep:
                         b.comm.copyto(b.loc)  # before the pull writes W over it
-                pushed += 4 * (b.size + bset.region)
+                pushed += self.fp32_bytes(b, bset)
         if keep_residual is not None:
             keep_residual()
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
-        self._pull(bset, t, after_acks=compressed, down=pull_down)
+        self._pull(bset, t, [self._acked(b, compressed) for b in bset.buckets], down=pull_down)
         return lambda: self.check(bset, t)
 
     def check(self, bset, t):
@@ -82,7 +89,8 @@ class RoundRunner:
                     self.backend.rounds.get(b.weight_key, 0), i, b.weight_key, t), attempt)
                 self.resent += 1
                 with self.tracer.span("resend", bucket=i, step=t):
-                    self.backend.resend(b, compressed, self._kept_gradient(bset, b, t), pull_down, tracked)
+                    self.backend.resend(b, compressed, self._kept_gradient(bset, b, t), pull_down, tracked,
+                                        rows=self._rows_key(b) is not None)
                     if pull_down:  # the first decode found the old count and changed nothing
                         bset.copy.issue(i, rounds[i])
             if bset.copy is not None and tracked:
@@ -104,6 +112,16 @@ class RoundRunner:
         the set holds V)?"""
         return bset.copy is not None and self.schedule.pull_tracked(t)
 
+    def _rows_key(self, b):
+        """The key of the bucket's fp32 rows this round pushes to, or None (the weight key)."""
+        return b.rows_key if self.fp32_rows else None
+
+    def _acked(self, b, compressed):
+        """The key whose push the pull of W must wait for: the payload key (codes) or the rows
+        key (fp32 rows); None for an fp32 push to the weight key itself, since MXNet orders a
+        worker's pull of a key after its push of the same key."""
+        return b.payload_key if compressed else self._rows_key(b)
+
     def _round(self, b):
         """The server's count of the bucket's rounds once this one is applied."""
         return self.backend.rounds.get(b.weight_key, 0) + 1
@@ -119,23 +137,26 @@ class RoundRunner:
             return b.dev_comm
         return b.loc if self.schedule.delayed(t) else b.grad
 
+    def fp32_bytes(self, b, bset):
+        return 4 * (b.size + bset.region) + (8 if self._rows_key(b) is not None else 0)  # (+ the row index)
+
     def payload_bytes(self, b, bset):
         pull_flag = 1 if bset.copy is not None else 0  # 2-bit pulls: the round's pull flag
         return 4 * (b.words + pull_flag + (auth.TAG_FLOATS if self.backend.region else 0)) + 8  # + the row index
 
-    def _pull(self, bset, t, after_acks, down=False):
+    def _pull(self, bset, t, acked, down=False):
         """Issue the pulls of W(t+1) into comm_buf (or with down, of the codes of W(t+1) - V into
         down_buf), without waiting. MXNet orders a pull after this worker's push of the same key
-        (fp32); a pull of the weight key is not ordered after a push to the payload key (codes):
-        request the acknowledgements, and have MXNet's engine issue each pull once its
-        acknowledgement is in."""
+        (fp32 to the weight key: acked holds None); a pull of the weight key is not ordered after
+        a push to another key (acked: each bucket's payload key or rows key): request the
+        acknowledgements, and have MXNet's engine issue each pull once its acknowledgement is in."""
         start = self.tracer.now_us()
-        if after_acks:
-            self.backend.request_acks([b.payload_key for b in bset.buckets])
-            for b in bset.buckets:  # traced: when the servers had applied each payload
-                self.backend.trace_ack(self.tracer, b.payload_key, start, step=t)
-            self.backend.pull_after_acks([(b.payload_key, b.down_key, b.down_wire) if down else
-                                          (b.payload_key, b.weight_key, b.comm_wire) for b in bset.buckets])
+        if None not in acked:
+            self.backend.request_acks(acked)
+            for k in acked:  # traced: when the servers had applied each push
+                self.backend.trace_ack(self.tracer, k, start, step=t)
+            self.backend.pull_after_acks([(k, b.down_key, b.down_wire) if down else (k, b.weight_key, b.comm_wire)
+                                          for k, b in zip(acked, bset.buckets)])
             for i, b in enumerate(bset.buckets if down else ()):  # V += codes; comm_buf = V, once pulled
                 bset.copy.issue(i, self._round(b))
         else:
@@ -148,5 +169,5 @@ class RoundRunner:
         """Bytes this worker pushes at step t by the schedule and the buckets (what push counts
         into bytes_by_step once the step's rounds have run)."""
         compressed = self.schedule.compressed(t)
-        return sum(self.payload_bytes(b, bset) if compressed else 4 * (b.size + bset.region)
+        return sum(self.payload_bytes(b, bset) if compressed else self.fp32_bytes(b, bset)
                    for bset in sets for b in bset.buckets)

@@ -105,6 +105,22 @@ def test_configuration_mismatch_across_workers_is_refused_before_training(tmp_pa
     assert not list(tmp_path.glob("rank*.npz"))  # nothing trained
 
 
+def test_workers_that_sum_fp32_differently_are_refused_before_training(tmp_path):
+    """fp32_sum='rank' on one worker only (issue 41): it would push its fp32 rounds as rows the
+    others never push, and wait for ever; the start-up check names it on every worker instead."""
+    import json
+    engine = os.path.join(ROOT, "tests", "workers", "engine_worker.py")
+    cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "60", "--",
+           sys.executable, engine, "--algorithm", "ssgd", "--out", str(tmp_path),
+           "--config", json.dumps({"fp32_sum": ["arrival", "rank"]})]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert proc.returncode != 0
+    said = "ConfigError: workers disagree on the configuration: fp32_sum is %s\n"
+    assert said % "'arrival' on rank 0, 'rank' on rank 1" in proc.stdout or \
+        said % "'rank' on rank 0, 'arrival' on rank 1" in proc.stdout, proc.stdout[-3000:]  # launch order is not rank
+    assert not list(tmp_path.glob("rank*.npz"))  # nothing trained
+
+
 @pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
 def test_nonfinite_skip_drops_the_step_on_every_worker(tmp_path, alg):
     """Rank 1 at step 4, rank 0 at step 1 (the first delayed step), both at step 6: those

@@ -63,6 +63,24 @@ def test_paired_mode_alternates_fp32_and_2bit_rounds_in_one_job(tmp_path):
     assert (fp32 + low) / 2 <= p["bytes_per_round"] <= (fp32 + low + 4 * buckets) / 2
 
 
+def test_paired_sum_times_arrival_and_rank_order_fp32_rounds_in_one_job(tmp_path):
+    """--systems paired_sum (issue 41): S-SGD's round with the fp32 sum in arrival order (to the
+    weight keys) and in rank order (rows keys) taking turns in one job; a row carries its index."""
+    out = tmp_path / "paired_sum.json"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
+                           "--rounds", "4", "--systems", "paired_sum", "--bucket-size", "20000", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    p = json.loads(out.read_text())["runs"][0]["systems"]["paired_sum"]
+    assert p["arrival_ms"] > 0 and p["rank_ms"] > 0 and p["ratio"] == pytest.approx(p["rank_ms"] / p["arrival_ms"])
+    assert "lenet5 none paired_sum in one job (4 rounds of each): arrival %.1f ms, rank %.1f ms, rank/arrival %.2f" % (
+        p["arrival_ms"], p["rank_ms"], p["ratio"]) in proc.stdout
+    sizes = [int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null"]
+    buckets = len(plan(list(enumerate(sizes)), 20000, 2, 1, protocol.Keys(1), fp32_rows=True))
+    fp32 = 4 * sum(sizes) + 2 * 4 * auth.TAG_FLOATS * buckets  # the data and a 2-worker proof region per bucket
+    assert p["bytes_per_round"] == fp32 + 8 * buckets / 2  # half the rounds send rows: + their index
+
+
 def test_both_ways_systems_pull_a_quarter_byte_per_value(tmp_path):
     """bitsgd_2bit and paired_pull (issue 29): their rounds run, push what bitsgd pushes plus one
     pull flag per bucket, and the table prints the both-ways wire bound beside the others."""

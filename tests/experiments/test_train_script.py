@@ -48,6 +48,7 @@ def test_two_workers_on_synthetic_data_write_metrics_and_checkpoints(tmp_path):
     ("algorithm=adam", "config error: algorithm must be one of ssgd, bitsgd, odsgd, cdsgd, got 'adam'"),
     ("k=auto", "config error: k: auto needs costs"),
     ("nonsense", "config error: override 'nonsense' must look like field=value"),
+    ("fp32_sum=ordered", "config error: fp32_sum must be one of arrival, rank, got 'ordered'"),
 ])
 def test_config_errors_are_one_line_before_anything_starts(tmp_path, override, message):
     proc = run(override, "out=" + str(tmp_path / "x"), timeout=60)
@@ -106,3 +107,30 @@ def test_the_same_seed_gives_the_same_run(tmp_path):
     assert len(logs["a"][0][0]) == 24 and logs["a"][0][1] > 0.1  # evaluated: above chance
     assert logs["a"] == logs["b"]
     assert logs["a"][0][0][0] != logs["c"][0][0][0]  # the first step already differs: another init and batch
+
+
+def rank_order_run(out, seed, fp32_sum="rank"):
+    """A 4-worker CD-SGD job on synthetic data (warm-up, corrections, codes): every rank's loss
+    at every step, and its parameters at the end (the checkpoint's)."""
+    from cdsgd_mx.wire import checkpoint
+    proc = run("workers=4", "dataset=synthetic", "epochs=null", "iterations=30", "warmup_steps=6", "k=3",
+               "batch_size=16", "fp32_sum=" + fp32_sum, "seed=%d" % seed, "out=" + out, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    losses = [[json.loads(l)["loss"] for l in open(os.path.join(out, "metrics-rank%d.jsonl" % r)) if '"iteration"' in l]
+              for r in range(4)]
+    manifest = os.path.join(out, "checkpoint.states")
+    return losses, [checkpoint.load_parameters(manifest, r) for r in range(4)]
+
+
+@pytest.mark.slow
+def test_four_workers_summing_in_rank_order_repeat_a_seed_bit_for_bit(tmp_path):
+    """fp32_sum='rank' (issue 41): with 4 workers the servers' fp32 sums no longer follow the
+    order the pushes arrive in, so two jobs with one seed log the same loss at every step on
+    every rank and end with the same parameters, bit for bit."""
+    import numpy as np
+    (losses_a, params_a), (losses_b, params_b) = (rank_order_run(str(tmp_path / n), 5) for n in "ab")
+    assert len(losses_a[0]) == 30 and losses_a == losses_b
+    for a, b in zip(params_a, params_b):
+        assert sorted(a) == sorted(b)
+        for name in a:
+            np.testing.assert_array_equal(a[name].asnumpy(), b[name].asnumpy(), err_msg=name)

@@ -77,6 +77,23 @@ def test_payload_update_waits_and_applies_the_decoded_sum(waited):
     np.testing.assert_allclose(weight.asnumpy(), 1 - 0.5 * 2 * t)
 
 
+def test_fp32_rows_are_summed_in_rank_order_whatever_order_they_came_in(waited):
+    """fp32_sum='rank': a round of a rows key is the paired weight key's fp32 round on the sum
+    of the workers' rows, added in rank order in float32 (here the rows come as 2, 0, 1)."""
+    s = server()
+    n = 1000
+    s.command('{"op": "register", "payloads": {}, "rows": {"12": 3}, "weights": [3]}')
+    weight = mx.nd.ones((n,))
+    s(3, mx.nd.zeros((n,)), weight)  # registration round: a dense round trip, as at start-up
+    g = np.random.RandomState(0).normal(0, 1, (3, n)).astype(np.float32)
+    in_rank_order = (g[0] + g[1]) + g[2]
+    assert (in_rank_order != (g[2] + g[0]) + g[1]).any()  # the order shows in the last bits
+    grad = mx.nd.sparse.row_sparse_array((g[[2, 0, 1]], [2, 0, 1]), shape=(3, n))
+    s(12, grad, mx.nd.zeros((3, n)))
+    assert grad.handle.value in waited
+    np.testing.assert_array_equal(weight.asnumpy(), 1 - np.float32(0.5) * in_rank_order)
+
+
 def test_first_momentum_update_is_exact_with_recycled_memory():
     """The first SGD-with-momentum update of a bucket creates its flat momentum. Reading an
     array's data pointer before the engine has allocated it (MXNDArrayGetData, as a removed

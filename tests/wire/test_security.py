@@ -139,9 +139,9 @@ def _start_paused_job(tmp_path, marker, algorithm="cdsgd"):
     return job, go
 
 
-def _launch_paused_job(tmp_path, marker, algorithm, launch_args=(), both_ways=False):
+def _launch_paused_job(tmp_path, marker, algorithm, launch_args=(), both_ways=False, extra=None):
     go = tmp_path / "go"
-    cfg = dict(CFG, pause_at=[4, str(go)], **(BOTH_WAYS if both_ways else {}))
+    cfg = dict(CFG, pause_at=[4, str(go)], **(BOTH_WAYS if both_ways else {}), **(extra or {}))
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", "2", "-s", "1", "--timeout", "150", *launch_args,
            "--env", "CDSGD_SECURITY_TEST=" + marker, "--", sys.executable, str(WORKER), "--out", str(tmp_path / "out"),
            "--config", json.dumps(cfg), "--algorithm", algorithm, "--steps", str(STEPS), "--warmup", str(WARMUP),
@@ -331,6 +331,33 @@ def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(forei
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["ssgd", "cdsgd"])
+def test_a_row_from_outside_the_job_is_never_applied_and_the_round_is_sent_again(tmp_path, algorithm):
+    """fp32_sum='rank' (issue 41): a row pushed to a bucket's rows key from outside the job takes
+    a place in the key's next round (ssgd: step 4's, synchronous; cdsgd: step 5's correction,
+    delayed): the server drops it (a rank's row missing, or a row without its proof, whichever
+    worker came first) and the workers send the round again; the job trains as without it."""
+    marker = "%d-%d-rows-%s" % (os.getpid(), time.time_ns(), algorithm)
+    job, go = _launch_paused_job(tmp_path, marker, algorithm, extra={"fp32_sum": "rank"})
+    try:
+        _wait_paused(job, go)
+        n = sum(int(np.prod(s)) for s in SHAPES)  # one bucket, one server: weight key 0, payload key 1, rows key 2
+        port = outsider.listening_ports(_server_pid(_job_pids(marker)))[0]
+        outsider.push_rows(port, 2, [0], np.concatenate([np.full(n, 100.0, np.float32),
+                                                         np.ones(2 * auth.TAG_FLOATS, np.float32)]))
+        time.sleep(0.5)
+    finally:
+        out = _finish(job, go)
+    assert job.returncode == 0, out[-4000:]
+    dropped = [line for line in out.splitlines() if "dropped message 1: " in line]
+    assert len(dropped) == 1 and ("rows key 2 " in dropped[0] or "key 0 without the job's proof" in dropped[0]), \
+        out[-4000:]
+    assert "dropped message 2" not in out and "sending it again" in out, out[-4000:]
+    assert "server 0 exited" not in out and "cdsgd_mx server error" not in out, out[-4000:]
+    _simulated_weights_equal(tmp_path, algorithm)
+
+
+@pytest.mark.slow
 def test_mxnets_stop_command_from_outside_stops_the_job_loudly_and_a_restart_finishes_it(foreign_push_jobs):
     """MXNet's C++ server ends its loop on command id 2 before any project code sees it (a limit
     of MXNet's transport): the job must not hang. The workers' heartbeats say they wait for the
@@ -451,6 +478,39 @@ def test_a_round_without_every_workers_proof_changes_nothing(monkeypatch):
     assert got[n] == 1 and s.dropped == 2  # the count the workers check after their pull
     s(99, mx.nd.array(_pushed(session, n, 0, 99, [0, 1], 2, g)), stored)  # a key no command announced
     assert s.dropped == 3 and stored.asnumpy()[n] == 1
+
+
+def test_a_rows_round_without_one_row_from_every_rank_changes_nothing(monkeypatch, capsys):
+    """fp32_sum='rank': MXNet closes a round of a rows key with whatever pushes came, so a push
+    from outside the job can take a worker's place, summed into another worker's row or as a row
+    of its own; the round acts only with one row from every rank, each with its proof."""
+    import mxnet as mx
+    monkeypatch.setenv("DMLC_NUM_WORKER", "3")
+    s = ServerState(secret=auth.new_secret().encode())
+    s.set_optimizer(mx.optimizer.SGD(learning_rate=0.5))
+    n, key, rk, region = 5, 3, 12, 3 * auth.TAG_FLOATS
+    s.command({"op": "register", "weights": [key], "payloads": {}, "rows": {str(rk): key},
+               "slots": {str(key): [[0, 0, n, 1.0, 1.0]]}})
+    stored = mx.nd.array(np.concatenate([np.ones(n, np.float32), np.zeros(region, np.float32)]))
+    s(key, mx.nd.array(_pushed(s.session, n, 0, key, [0, 1, 2], 3, np.zeros(n, np.float32))), stored)  # registration
+    before = stored.asnumpy()
+    g = np.full(n, 0.25, np.float32)
+    rows = [_pushed(s.session, n, 1, key, [r], 3, g) for r in range(3)]  # each worker's row: data, then its tag
+    forged = np.concatenate([np.full(n, 100.0, np.float32), np.zeros(region, np.float32)])
+    forged[n + 2 * auth.TAG_FLOATS:] = 1.0  # a tag of its own in rank 2's slot
+
+    def push(ids, values):
+        s(rk, mx.nd.sparse.row_sparse_array((np.stack(values), ids), shape=(3, n + region)), mx.nd.zeros((3, n + region)))
+    push([0, 1], [rows[0] + forged, rows[1]])  # the outsider's row 0 took rank 2's place
+    push([0, 1, 2], [rows[0], rows[1], forged])  # a row 2 without rank 2's proof
+    assert s.dropped == 2 and (stored.asnumpy() == before).all()
+    err = capsys.readouterr().err
+    assert "dropped message 1: a push to rows key 12 that is not the job's (rows [0, 1] of 29 values)" in err
+    assert "dropped message 2: round 1 of key 3 without the job's proof from worker rank 2" in err
+    push([0, 1, 2], rows)  # the round sent again
+    got = stored.asnumpy()
+    np.testing.assert_allclose(got[:n], 1 - 0.5 * 3 * 0.25)
+    assert got[n] == 2 and s.dropped == 2  # the count the workers check after their pull
 
 
 def _registered_server(secret, n, key):

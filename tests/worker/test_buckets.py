@@ -12,7 +12,7 @@ mx = pytest.importorskip("mxnet")
 import cdsgd_mx  # noqa: E402
 from cdsgd_mx.worker import buckets
 from cdsgd_mx import codec
-from cdsgd_mx.wire import protocol  # noqa: E402
+from cdsgd_mx.wire import auth, protocol  # noqa: E402
 from cdsgd_mx.server.node import ServerState  # noqa: E402
 from cdsgd_mx.bench import mark_fresh  # noqa: E402
 from cdsgd_mx.worker.engine_copies import EngineCopies  # noqa: E402
@@ -20,15 +20,20 @@ from cdsgd_mx.worker.engine_copies import EngineCopies  # noqa: E402
 
 @settings(max_examples=200, deadline=None)
 @given(sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=30), bucket_size=st.integers(1, 5000),
-       workers=st.integers(1, 4), servers=st.integers(1, 3), bound=st.integers(2, 4000))
-def test_plan_covers_every_value_once_in_backward_order_within_the_limits(sizes, bucket_size, workers, servers, bound):
-    plan = buckets.plan(list(enumerate(sizes)), bucket_size, workers, servers, protocol.Keys(servers), bound=bound)
-    limit = min(bucket_size, protocol.max_chunk(bound, workers))
+       workers=st.integers(1, 4), servers=st.integers(1, 3), bound=st.integers(2, 4000), fp32_rows=st.booleans())
+def test_plan_covers_every_value_once_in_backward_order_within_the_limits(sizes, bucket_size, workers, servers, bound,
+                                                                         fp32_rows):
+    plan = buckets.plan(list(enumerate(sizes)), bucket_size, workers, servers, protocol.Keys(servers), bound=bound,
+                        fp32_rows=fp32_rows)
+    limit = min(bucket_size, protocol.max_chunk(bound, workers, fp32_rows))
+    rows_fit = (bound - 1) // workers - workers * auth.TAG_FLOATS >= 1  # (else buckets of 1 value: the floor)
     offset, covered = 0, {}
     for b in plan:
         assert b.offset == offset and b.size == sum(s.size for s in b.slots) > 0
         assert b.size <= limit
         assert b.words < bound and b.size < bound  # both keys fit one server
+        if fp32_rows and rows_fit:  # so does the rows key: MXNet would split its rows across the servers
+            assert workers * (b.size + workers * auth.TAG_FLOATS) < bound
         assert protocol.server_of(b.weight_key, servers) == b.server == protocol.server_of(b.payload_key, servers)
         for s in b.slots:
             assert s.offset == offset

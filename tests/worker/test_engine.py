@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cdsgd_mx.experiments.simulation import simulate  # noqa: E402
-from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
+from workers.engine_worker import SHAPES, grad_fn, init_value, offgrid_grad  # noqa: E402
 
 from cdsgd_mx.wire import auth, protocol
 from cdsgd_mx.worker import buckets
@@ -198,6 +198,27 @@ def test_allreduce_clip_update_on_the_workers_matches_the_simulation(tmp_path, a
     sim = simulation_args(0.05)
     W = matches_simulation(tmp_path, alg, dict(CFG, clip=5.0, wd=0.05), sim, clip_norm=5.0)
     assert not np.allclose(simulate(alg, **sim)[1][2], W[2], atol=1e-4)
+
+
+@pytest.mark.parametrize("alg", ["ssgd", "cdsgd"])
+@pytest.mark.parametrize("servers", [1, 2])
+def test_rank_order_sums_give_the_simulations_weights_bit_for_bit(tmp_path, alg, servers):
+    """fp32_sum='rank' (issue 41): 3 workers push gradients off the 1/64 grid, whose fp32 sum
+    depends on its order in the last bits; the servers add the workers' rows in rank order, as
+    the simulation does, so every worker ends with the simulation's W and x bit for bit (cdsgd:
+    two warm-up rounds and a correction every k steps in fp32, the other steps 2-bit codes;
+    with 2 servers the (700,) parameter is cut across both)."""
+    init = [init_value(i, s) for i, s in enumerate(SHAPES)]
+    g = [offgrid_grad(init[2], r, 0, 2) for r in range(3)]
+    assert ((g[0] + g[1]) + g[2] != (g[2] + g[1]) + g[0]).any()  # the order shows: the test can fail
+    got = launch(tmp_path, 3, servers, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP),
+                 "--k", str(K), "--threshold", str(T), "--config", json.dumps(dict(CFG, fp32_sum="rank", offgrid=True)))
+    xs, W = simulate(alg, 3, STEPS, WARMUP, K, T, init, offgrid_grad, CFG["lr"], CFG["momentum"], CFG["local_lr"],
+                     CFG["batch"])
+    for r in range(3):
+        for i in range(len(SHAPES)):
+            np.testing.assert_array_equal(got[r]["w%d" % i], W[i], err_msg="global W, param %d, rank %d" % (i, r))
+            np.testing.assert_array_equal(got[r]["x%d" % i], xs[r][i], err_msg="weights x, param %d, rank %d" % (i, r))
 
 
 def test_bitsgd_equals_mxnet_2bit_compression(tmp_path):

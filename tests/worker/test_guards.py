@@ -68,7 +68,8 @@ def test_check_servers_names_a_stock_server_and_a_foreign_secret():
 
 
 SETTINGS = {"algorithm": "cdsgd", "k": 2, "warmup_steps": 5, "threshold": 0.5, "nonfinite": "error",
-            "bucket_size": 1024, "aggregate": False, "pull_compression": "none", "resync_every": 10}
+            "bucket_size": 1024, "aggregate": False, "pull_compression": "none", "resync_every": 10,
+            "fp32_sum": "arrival"}
 
 
 def test_check_agreement_names_each_field_and_rank_that_differs():
@@ -90,6 +91,14 @@ def test_check_agreement_names_each_field_and_rank_that_differs():
         guards.check_agreement(FakeBackend(rows=[pulls_2bit]), SETTINGS, sets, ["w", "b"])
     assert str(e.value) == ("workers disagree on the configuration: pull_compression is 'none' on rank 0, '2bit' on "
                             "rank 1")
+
+    def sums_by_rank(row):
+        row[13] = 1  # fp32_sum 'rank' on rank 2: it would push rows the others never push
+        return row
+    with pytest.raises(ConfigError) as e:
+        guards.check_agreement(FakeBackend(num_workers=3, rows=[None, sums_by_rank]), SETTINGS, sets, ["w", "b"])
+    assert str(e.value) == ("workers disagree on the configuration: fp32_sum is 'arrival' on rank 0, 'arrival' on "
+                            "rank 1, 'rank' on rank 2")
 
 
 def test_nonfinite_error_names_the_parameter_and_the_step():

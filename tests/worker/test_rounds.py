@@ -15,8 +15,8 @@ class FakeBackend:
     def __init__(self, drops=0):
         self.calls, self.drops, self.rounds = [], drops, {}
 
-    def __getattr__(self, name):  # every other call is recorded
-        return lambda *a, **k: self.calls.append((name,) + a)
+    def __getattr__(self, name):  # every other call is recorded (with its keywords, if any)
+        return lambda *a, **k: self.calls.append((name,) + a + ((k,) if k else ()))
 
     def wire_row(self, key):
         return np.zeros(3, np.float32)  # the payload row: 40 values' codes in 3 words
@@ -71,6 +71,40 @@ def test_each_kind_of_step_pushes_what_the_schedule_says_and_counts_its_bytes():
     fp32, codes = 4 * 40, 4 * 3 + 8  # 40 floats; ceil(40 / 16) = 3 words and the row index
     assert rounds.bytes_by_step == {0: fp32, 1: fp32, 2: codes} and rounds.bytes_pushed == 2 * fp32 + codes
     assert [rounds.bytes_of_step([bset], t) for t in range(3)] == [fp32, fp32, codes]
+
+
+def test_with_rows_keys_fp32_rounds_push_rows_and_pull_after_their_acknowledgement():
+    """fp32_sum='rank': an fp32 round pushes this worker's row of the bucket's rows key, and the
+    pull of W waits for that push's acknowledgement (MXNet orders a pull only after a push of
+    the same key); codes go as before. fp32_rows False (bench.comm's paired_sum): to W again."""
+    backend, bset = FakeBackend(), FakeSet()
+    bset.buckets[0].rows_key = 6
+    rounds = runner(backend)  # cdsgd, warm-up 1, k = 2: step 0 fp32 (warm-up), 1 fp32 (k), 2 codes
+    for t in range(3):
+        rounds.check(bset, t) if rounds.push(bset, t) else None
+    sent = [c for c in backend.calls if c[0] in ("push", "push_row", "push_payload", "pull", "request_acks",
+                                                 "pull_after_acks")]
+    assert sent == [("push_row", 6), ("request_acks", [6]), ("pull_after_acks", [(6, 4, "wire")])] * 2 + \
+        [("push_payload", 5), ("request_acks", [5]), ("pull_after_acks", [(5, 4, "wire")])]
+    fp32, codes = 4 * 40 + 8, 4 * 3 + 8  # 40 floats and the row index; 3 code words and the row index
+    assert rounds.bytes_by_step == {0: fp32, 1: fp32, 2: codes}
+    assert [rounds.bytes_of_step([bset], t) for t in range(3)] == [fp32, fp32, codes]
+    backend.calls, rounds.fp32_rows = [], False
+    rounds.push(bset, 3)  # fp32 (k)
+    assert [c for c in backend.calls if c[0] in ("push", "push_row", "pull")] == [("push", 4, "wire"),
+                                                                                  ("pull", 4, "wire")]
+    assert rounds.bytes_by_step[3] == rounds.bytes_of_step([bset], 3) == 4 * 40
+
+
+@pytest.mark.parametrize("rows_key", [None, 6])
+def test_a_dropped_fp32_round_is_sent_again_where_it_went(rows_key):
+    backend, bset = FakeBackend(drops=1), FakeSet()
+    bset.buckets[0].rows_key = rows_key
+    rounds = runner(backend, warmup=2)  # step 0 synchronous: g(t) still in grad_buf
+    rounds.push(bset, 0)
+    rounds.check(bset, 0)
+    resends = [c[1:] for c in backend.calls if c[0] == "resend"]
+    assert resends == [(bset.buckets[0], False, "grad", False, False, {"rows": rows_key is not None})]
 
 
 @pytest.mark.parametrize("t,kept", [(0, "grad"), (1, "loc"), (3, None)])

@@ -2,13 +2,15 @@
 
 g_r(x, t) = round64(c_r * x + d_{r,t}) per parameter: a function of the weights x the worker
 trains with (so the one-step delay is visible in the result), on a 1/64 grid (so quantization
-decisions do not hinge on float rounding). Modes:
+decisions do not hinge on float rounding, and sums are exact in any order; config "offgrid":
+true leaves out the rounding, so that the order of the servers' fp32 sum shows). Modes:
   cdsgd     cdsgd_mx.Trainer with --algorithm
   stock     gluon.Trainer with kvstore='dist_sync' (S-SGD reference)
   stock_local  the same with update_on_kvstore=False (workers update; honours lr_mult/wd_mult)
   mxnet2bit kv.push/kv.pull with MXNet's own 2-bit compression (BIT-SGD reference)
 Config "clip": C runs cdsgd mode with update_on_kvstore=False, the workers updating:
 allreduce_grads(), gluon's clip_global_norm(gradients, C), update() (gluon-nlp's clipping).
+Config "fp32_sum": the Trainer's (a list: one per launch index, for workers that disagree).
 Config "devices": D puts every parameter on cpu(0) .. cpu(D-1), each device with its own
 gradient (device_grad: another batch share), as ctx=[mx.gpu(i) ...] would; a list gives each
 rank its own count (cdsgd mode).
@@ -26,17 +28,24 @@ import numpy as np
 SHAPES = [(37,), (5, 7), (700,), (1,)]  # (700,) is above the bound the tests set (600)
 
 
-def grad_fn(x, rank, t, index, stable=False):
-    """stable=True: c > 0 everywhere, so long runs stay bounded (a pull towards -d/c)."""
+def grad_fn(x, rank, t, index, stable=False, grid=True):
+    """stable=True: c > 0 everywhere, so long runs stay bounded (a pull towards -d/c).
+    grid=False: float32 values with all their bits (sums depend on their order)."""
     rng = np.random.RandomState(1000 * rank + 10 * index + 1)
     c = rng.uniform(0.05 if stable else -0.3, 0.3, x.shape).astype(np.float32)
     d = np.random.RandomState(7919 * t + 97 * rank + index).normal(0, 0.4, x.shape).astype(np.float32)
-    return (np.round((c * x + d) * 64) / 64).astype(np.float32)
+    g = (c * x + d).astype(np.float32)
+    return (np.round(g * 64) / 64).astype(np.float32) if grid else g
 
 
-def device_grad(x, rank, t, index, device, stable=False):
+def offgrid_grad(x, rank, t, index, stable=False):
+    """grad_fn without the grid (config "offgrid"), as a grad_fn for the simulation."""
+    return grad_fn(x, rank, t, index, stable, grid=False)
+
+
+def device_grad(x, rank, t, index, device, stable=False, grid=True):
     """The gradient of one device of a worker: device 0's is grad_fn's, the others' differ."""
-    return grad_fn(x, rank + 50 * device, t, index, stable)
+    return grad_fn(x, rank + 50 * device, t, index, stable, grid)
 
 
 def summed_grad(devices):
@@ -127,6 +136,9 @@ def main():
             store = cfg.get("kvstore", "dist_sync")
         if cfg.get("existing_store"):  # as MXNet's cifar10_dist.py does, for its rank before its data loaders
             store = mx.kv.create("dist_sync")
+        fp32_sum = cfg.get("fp32_sum", "arrival")
+        if isinstance(fp32_sum, list):  # one per launch index: workers that disagree
+            fp32_sum = fp32_sum[int(os.environ.get("CDSGD_LAUNCH_INDEX", 0))]
         trainer = cdsgd_mx.Trainer(params, "sgd", opt_params, kvstore=store,
                                    algorithm=args.algorithm,
                                    k=args.k + int(os.environ.get("CDSGD_LAUNCH_INDEX", 0)) * cfg.get("k_by_index", 0),
@@ -135,6 +147,7 @@ def main():
                                    nonfinite=cfg.get("nonfinite", "error"),
                                    local_optimizer_params={"learning_rate": cfg.get("local_lr", 0.5)},
                                    pull_compression=cfg.get("pull", "none"), resync_every=cfg.get("resync_every", 10),
+                                   fp32_sum=fp32_sum,
                                    update_on_kvstore=False if cfg.get("clip") else None)
         rank = trainer.kvstore.rank
     first, copies = 0, []
@@ -157,7 +170,8 @@ def main():
             if [rank, t, i] in cfg.get("stale", []) or [-1, t, i] in cfg.get("stale", []):
                 continue  # no backward reached it: its old gradient stays, not fresh (-1: every rank)
             for d, ctx in enumerate(contexts):  # from each device's own weights: all must be updated
-                g = device_grad(p.data(ctx).asnumpy(), rank, t, i, d, stable=cfg.get("stable", False))
+                g = device_grad(p.data(ctx).asnumpy(), rank, t, i, d, stable=cfg.get("stable", False),
+                                grid=not cfg.get("offgrid"))
                 if [rank, t] in cfg.get("nan_at", []) and i == 1:
                     g[0, 0] = np.nan  # a non-finite gradient in one parameter of this worker
                 p.grad(ctx)[:] = g

@@ -8,13 +8,16 @@ import sys
 def registration(buckets, threshold, compressing, aggregate=False):
     """The servers' register command: each bucket's parameters (slots: state id, range in the
     weight key, lr_mult, wd_mult), when compressing its payload key, with 2-bit pulls its down
-    key (pull_compression.py), and with aggregate the weight keys that from now on hold the
-    workers' summed gradient (the workers update). Listed in "weights": the keys whose next
-    round only registers them (weight keys first: a down key's V starts as its weights)."""
+    key (pull_compression.py), with fp32_sum='rank' its rows key, and with aggregate the weight
+    keys that from now on hold the workers' summed gradient (the workers update). Listed in
+    "weights": the keys whose next round only registers them (weight keys first: a down key's V
+    starts as its weights)."""
     downs = [b for b in buckets if b.down_key is not None]
-    return {"op": "register", "weights": ([b.weight_key for b in buckets] if compressing else []) +
+    rows = [b for b in buckets if b.rows_key is not None]
+    return {"op": "register", "weights": ([b.weight_key for b in buckets] if compressing or rows else []) +
                                          [b.down_key for b in downs],
             "downs": {str(b.down_key): [b.weight_key, b.size] for b in downs},
+            "rows": {str(b.rows_key): b.weight_key for b in rows},
             "sum": [b.weight_key for b in buckets] if aggregate else [],
             "slots": {str(b.weight_key): [[s.state_id, s.offset - b.offset, s.offset - b.offset + s.size,
                                            s.lr_mult, s.wd_mult] for s in b.slots] for b in buckets},
@@ -102,12 +105,15 @@ class Backend(abc.ABC):
     def push_payload(self, key): """Push this worker's payload row."""
 
     @abc.abstractmethod
+    def push_row(self, key): """Push this worker's row of an fp32 rows key: its bucket's comm_wire (fp32_sum='rank')."""
+
+    @abc.abstractmethod
     def seal(self, bucket, tracked=False):
         """This worker's proof of the bucket's next round, into what it pushes. tracked: an
         fp32 round after which V follows W by codes on both sides (Schedule.pull_tracked)."""
 
     @abc.abstractmethod
-    def request_acks(self, payload_keys): """Ask for the payload rounds' acknowledgements."""
+    def request_acks(self, payload_keys): """Ask for the acknowledgements of the payload (or rows) rounds."""
 
     @abc.abstractmethod
     def wait_acks(self, payload_keys): """Wait until they are in."""
@@ -127,8 +133,9 @@ class Backend(abc.ABC):
         after the codes of a 2-bit pull."""
 
     @abc.abstractmethod
-    def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False):
-        """Send a dropped round again, and pull (W, or with pull_down the codes of W - V)."""
+    def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False, rows=False):
+        """Send a dropped round again, and pull (W, or with pull_down the codes of W - V);
+        rows: an fp32 round that went to the bucket's rows key."""
 
     @abc.abstractmethod
     def seal_next(self, bucket, tracked=False): """Ready the proof of the bucket's next round (tracked: see seal)."""

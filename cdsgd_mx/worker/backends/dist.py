@@ -1,6 +1,7 @@
 """The worker's side of MXNet's parameter server (dist_sync): pushes and pulls through ps-lite,
 proven by proofs.py, commands with one MAC per server, the start-up handshake. API:
 DistBackend(store), the Backend interface (base.py) plus round_trip / handshake."""
+import ctypes
 import itertools
 import json
 import os
@@ -8,6 +9,7 @@ import sys
 
 import mxnet as mx
 import numpy as np
+from mxnet.base import _LIB, check_call
 
 from cdsgd_mx.wire import auth, optimizer_spec, proofs, protocol
 from cdsgd_mx.worker import engine_ops
@@ -48,13 +50,15 @@ class DistBackend(Backend):
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
-        self.acks = {}      # payload key -> row_sparse array an empty pull writes (see request_acks)
+        self.acks = {}      # payload or rows key -> row_sparse array an empty pull writes (see request_acks)
         self.staging = {}   # payload key -> dense [N, words]: this worker's codes in its own row
         self.rows = {}      # payload key -> this worker's row of its staging array
         self.wires = {}     # weight key -> its bucket's comm_wire (what every push and pull of the key uses)
         self.codes = {}     # payload key -> the codes' part of that row (then the proof)
         self.payloads = {}  # payload key -> the row_sparse array pushed (made once, refilled)
         self.flags = {}     # payload key -> [its pull flag's place in that row, the flag last written]
+        self.fp32_rows = {}  # rows key -> the row_sparse array pushed: this worker's row (made once, refilled)
+        self.row_sources = {}  # rows key -> its bucket's comm_wire as one row: what the row is filled from
         self.no_rows = mx.nd.array([], dtype="int64")
         self.reports_open = False  # the checkpoint report keys exist (exchange)
         # before any command (CDSGD checks the answers): every server's nonce, and from it the
@@ -94,19 +98,25 @@ class DistBackend(Backend):
     def seal_next(self, bucket, tracked=False):
         self.proofs.seal_next(bucket, tracked)
 
-    def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False):
+    def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False, rows=False):
         """Push the bucket's dropped round again and pull: the codes still in this worker's
         payload row, or the fp32 gradient from `gradient` (where g(t) still is: the pull wrote
         W over comm_buf), each with the same proof (the round count did not move). pull_down:
-        the round pulls the codes of W - V (pull_compression.py), not W."""
-        if compressed:
-            self.push_payload(bucket.payload_key)
-            self.request_acks([bucket.payload_key])
-            self.wait_acks([bucket.payload_key])
-        else:
+        the round pulls the codes of W - V (pull_compression.py), not W. rows: the fp32 round
+        goes to the bucket's rows key (fp32_sum='rank')."""
+        if not compressed:
             gradient.copyto(bucket.comm)
             self.proofs.seal_next(bucket, tracked)  # the pull overwrote the region too
+        if compressed:
+            self.push_payload(bucket.payload_key)
+        elif rows:
+            self.push_row(bucket.rows_key)
+        else:
             self.push(bucket.weight_key, bucket.comm_wire)
+        if compressed or rows:  # the pull of W is ordered only after a push of W itself
+            acked = [bucket.payload_key if compressed else bucket.rows_key]
+            self.request_acks(acked)
+            self.wait_acks(acked)
         if pull_down:
             self.pull(bucket.down_key, bucket.down_wire)
         else:
@@ -158,6 +168,22 @@ class DistBackend(Backend):
             self.acks[b.payload_key] = mx.nd.sparse.zeros("row_sparse", (n, width))
         self.kv.init(keys, values)
 
+    def init_rows(self, buckets):
+        """The buckets' fp32 rows keys (fp32_sum='rank') and the arrays every fp32 round reuses:
+        as init_payloads, a row of comm_wire (data, then the proof region) per worker."""
+        n, keys, values = self.num_workers, [], []
+        for b in buckets:
+            width = b.size + self.region
+            keys.append(b.rows_key)
+            values.append(mx.nd.sparse.row_sparse_array(
+                (mx.nd.ones((n, width)), mx.nd.arange(n, dtype="int64")), shape=(n, width)))
+            self.fp32_rows[b.rows_key] = mx.nd.sparse.row_sparse_array(
+                (mx.nd.ones((1, width)), mx.nd.array([self.rank], dtype="int64")), shape=(n, width))
+            self.row_sources[b.rows_key] = b.comm_wire.reshape((1, width))
+            self.acks[b.rows_key] = mx.nd.sparse.zeros("row_sparse", (n, width))
+        with heartbeat.waiting("the barrier after initializing rows keys %s" % keys[:4]):
+            self.kv.init(keys, values)
+
     def command(self, msg):
         """Rank 0 sends msg to every server, with a sequence number and one MAC per server (each
         with that server's session key; server s checks the s-th); every worker waits for it at
@@ -171,14 +197,18 @@ class DistBackend(Backend):
 
     def register(self, buckets, threshold, compressing, aggregate=False):
         """Tell the servers which parameters each bucket holds and, when compressing, which
-        payload key decodes into which weight, then run the registration round: a zero push
-        to every weight key, which the server only records (a payload update needs it)."""
+        payload key decodes into which weight (with fp32_sum='rank', which rows key sums into
+        which weight), then run the registration round: a zero push to every weight key, which
+        the server only records (a payload or rows update needs it)."""
+        rows = [b for b in buckets if b.rows_key is not None]
+        if rows:
+            self.init_rows(rows)
         self.command(registration(buckets, threshold, compressing, aggregate))
         for b in buckets:
             self.wires[b.weight_key] = b.comm_wire
             if b.down_key is not None:  # every pull of it lands in down_wire (see round_trip)
                 self.wires[b.down_key] = b.down_wire
-        if not compressing:
+        if not compressing and not rows:
             return
         for b in buckets:
             self.round_trip(b.weight_key, np.zeros(b.size, np.float32))
@@ -276,6 +306,15 @@ class DistBackend(Backend):
             place[0]._sync_copyfrom(np.array([flag], np.float32))
             place[1] = flag
 
+    def push_row(self, key):
+        """Push this worker's row of fp32 rows key `key`: its bucket's comm_wire as it is now
+        (data and proof), copied into the reused row_sparse array (a synchronous copy, after the
+        engine's writes of comm_wire: MXNet copies a sparse push into a buffer of its own, so
+        the row is free again once pushed), then out."""
+        check_call(_LIB.MXNDArraySyncCopyFromNDArray(self.fp32_rows[key].handle, self.row_sources[key].handle,
+                                                     ctypes.c_int(-1)))
+        self.kv.push(key, self.fp32_rows[key])
+
     def push_payload(self, key):
         """Push this worker's row: the staging row goes into the reused row_sparse array (an
         engine op that keeps the one non-zero row: wire floats are >= 1.0), then out."""
@@ -283,7 +322,8 @@ class DistBackend(Backend):
         self.kv.push(key, self.payloads[key])
 
     def request_acks(self, payload_keys):
-        """Ask for the acknowledgement of this worker's latest push to each payload key.
+        """Ask for the acknowledgement of this worker's latest push to each payload key (or
+        fp32 rows key: the same holds for it).
 
         MXNet copies a sparse push into a private buffer, so waiting on the pushed array does
         not wait for the push itself. A pull of the same key is ordered after the push on the

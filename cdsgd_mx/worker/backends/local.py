@@ -88,7 +88,7 @@ class LocalBackend(Backend):
     def bucket_applied(self, bucket, down=False):
         return True  # in process: every push is applied at once
 
-    def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False):
+    def resend(self, bucket, compressed, gradient, pull_down=False, tracked=False, rows=False):
         raise RuntimeError("kvstore='local' never drops a round: nothing to send again")
 
     def seal_next(self, bucket, tracked=False):
@@ -99,6 +99,9 @@ class LocalBackend(Backend):
 
     def push_payload(self, key):
         self.server.apply_payload(key, self.staging[key], None)
+
+    def push_row(self, key):
+        raise RuntimeError("kvstore='local' has no fp32 rows keys: one worker's sum has one order")
 
     def request_acks(self, payload_keys):
         pass  # pushes are applied synchronously in process
