@@ -39,15 +39,20 @@ def test_one_round_of_stock_and_ours_side_by_side(tmp_path):
     assert low <= bits <= low + 4 * buckets
 
 
+def paired_job(tmp_path, system):
+    """bench.comm's paired `system` on LeNet-5, 4 rounds of each half: (the process, its JSON figures)."""
+    out = tmp_path / (system + ".json")
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
+                           "--rounds", "4", "--systems", system, "--bucket-size", "20000", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc, json.loads(out.read_text())["runs"][0]["systems"][system]
+
+
 def test_paired_mode_alternates_fp32_and_2bit_rounds_in_one_job(tmp_path):
     """--systems paired: S-SGD's and BIT-SGD's rounds taking turns in one job (the ratio without
     the job-to-job spread); half the rounds push fp32 and half push codes."""
-    out = tmp_path / "paired.json"
-    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
-                           "--rounds", "4", "--systems", "paired", "--bucket-size", "20000", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    p = json.loads(out.read_text())["runs"][0]["systems"]["paired"]
+    proc, p = paired_job(tmp_path, "paired")
     assert p["ssgd_ms"] > 0 and p["bitsgd_ms"] > 0 and p["ratio"] == pytest.approx(p["bitsgd_ms"] / p["ssgd_ms"])
     assert "lenet5 none paired in one job (4 rounds of each): ssgd %.1f ms, bitsgd %.1f ms, bitsgd/ssgd %.2f" % (
         p["ssgd_ms"], p["bitsgd_ms"], p["ratio"]) in proc.stdout
@@ -66,12 +71,7 @@ def test_paired_mode_alternates_fp32_and_2bit_rounds_in_one_job(tmp_path):
 def test_paired_sum_times_arrival_and_rank_order_fp32_rounds_in_one_job(tmp_path):
     """--systems paired_sum (issue 41): S-SGD's round with the fp32 sum in arrival order (to the
     weight keys) and in rank order (rows keys) taking turns in one job; a row carries its index."""
-    out = tmp_path / "paired_sum.json"
-    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
-                           "--rounds", "4", "--systems", "paired_sum", "--bucket-size", "20000", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    p = json.loads(out.read_text())["runs"][0]["systems"]["paired_sum"]
+    proc, p = paired_job(tmp_path, "paired_sum")
     assert p["arrival_ms"] > 0 and p["rank_ms"] > 0 and p["ratio"] == pytest.approx(p["rank_ms"] / p["arrival_ms"])
     assert "lenet5 none paired_sum in one job (4 rounds of each): arrival %.1f ms, rank %.1f ms, rank/arrival %.2f" % (
         p["arrival_ms"], p["rank_ms"], p["ratio"]) in proc.stdout
