@@ -8,6 +8,8 @@ import importlib.util as _importlib_util
 import os as _os
 import sys as _sys
 
+from cdsgd_mx import numerics as _numerics
+
 __version__ = "0.1.0"
 
 
@@ -67,8 +69,9 @@ def _one_line_config_errors():
     _sys.excepthook = hook
 
 
-_serve_if_a_node()
 _one_line_config_errors()
+_numerics.from_environment()  # before anything loads MXNet: pins read at load time (numerics.py)
+_serve_if_a_node()
 _register_kvstore()
 
 

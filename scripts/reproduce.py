@@ -19,6 +19,19 @@ reports the mean, standard deviation and n of each, the paired differences that 
 claims are about with their 95% intervals, and a verdict on each claim (cdsgd_mx.experiments.spread). A run
 already finished in --out with the same settings is reused, so a stopped sweep resumes with
 the same command (--rerun runs everything again).
+
+Every run is made with portable numerics (--numerics native: this CPU's fastest kernels, whose
+numbers hold on this CPU type only; cdsgd_mx.numerics) and records how it was made: commit,
+exact command, numerics, CPU, versions (seeds.json, each run's `provenance`). Beside a sweep runs
+the golden run, whose numbers tests/experiments/test_golden.py pins. A sweep never mixes code
+versions: resuming it from another commit or a changed tree stops and names both
+(--rerun runs the old runs again, --allow-mixed takes them and the table says so).
+
+    python scripts/reproduce.py verify RESULTS_DIR [--runs ALG:SEED,...] [--sample N]
+
+reruns recorded runs by their recorded commands into a scratch folder and prints, for each,
+`same` or the first metric that differs with both values and what explains it (another commit,
+other numerics settings, another CPU instruction set); it exits 0 only when all are the same.
 """
 import argparse
 import json
@@ -136,7 +149,31 @@ def say(msg):
 
 REPLOT = False  # --replot: read the logs already in --out instead of running
 RERUN = False  # --rerun: run again where a finished run with the same settings is in --out
+ALLOW_MIXED = False  # --allow-mixed: reuse finished runs made by another code version (the table says so)
 DONE = "reproduce.json"  # written into a run's folder once it finished: what it ran
+CODE = None  # this checkout's code version (cdsgd_mx.provenance.code_version), once known
+CODE_OF = {}  # run folder -> the code version that made it (cdsgd_mx.provenance.code_id)
+
+
+def this_code():
+    global CODE
+    if CODE is None:
+        from cdsgd_mx import provenance
+        CODE = provenance.code_version()
+    return CODE
+
+
+def check_same_code(label, out, before):
+    """A finished run is reused only when this checkout's code made it: else stop, naming both
+    versions (--rerun runs it again, --allow-mixed takes it as it is and the table says so)."""
+    from cdsgd_mx import provenance
+    theirs, ours = provenance.code_id(before.get("code")), provenance.code_id(this_code())
+    CODE_OF[out] = theirs
+    if theirs != ours and not ALLOW_MIXED and not REPLOT:
+        sys.exit("reproduce: %s in %s was made by code %s, and this checkout is %s: a sweep must not mix code "
+                 "versions; run it again with --rerun (or in a checkout of %s), or accept the mix with --allow-mixed"
+                 % (label, out, theirs or "of unknown version (recorded before provenance)", ours,
+                    (theirs or "?")[:12]))
 
 
 FAILED = {}  # (name, workers, seed) -> why: runs of a sweep over seeds that failed (diverged)
@@ -159,12 +196,15 @@ def run_train(exp, name, overrides, workers, out, what="", keep_going=False):
     seed that diverges is a result, and would diverge again at every resume."""
     marker = os.path.join(out, DONE)
     done = {"config": exp["config"], "overrides": overrides, "workers": workers}
-    label = "%s, %d workers%s" % (LABELS[name], workers, what)
+    label = "%s, %d workers%s" % (LABELS.get(name, name), workers, what)
     try:
         before = json.load(open(marker)) if os.path.exists(marker) else None
     except ValueError:
         before = None  # cut short while written: run again
-    if REPLOT or (not RERUN and before is not None and dict(before, failed=None) == dict(done, failed=None)):
+    same = before is not None and {k: before.get(k) for k in done} == done
+    if REPLOT or (not RERUN and same):
+        if before is not None:
+            check_same_code(label, out, before)
         if before is not None and before.get("failed"):
             say("%s: failed in an earlier sweep (%s)" % (label, before["failed"]))
             raise RunFailed(before["failed"])
@@ -173,6 +213,9 @@ def run_train(exp, name, overrides, workers, out, what="", keep_going=False):
         return read_metrics(out)
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config", os.path.join(ROOT, exp["config"])] \
         + overrides + ["workers=%d" % workers, "out=" + out]
+    from cdsgd_mx import provenance
+    done.update(code=this_code(), command=provenance.command(cmd))
+    CODE_OF[out] = provenance.code_id(this_code())
     say("%s ..." % label)
     if os.path.exists(os.path.join(out, DONE)):
         os.remove(os.path.join(out, DONE))  # a run stopped midway must not pass for the finished one
@@ -244,15 +287,30 @@ def run_folder(out_dir, name, workers, seed):
     return os.path.join(out_dir, "logs", "%s-%dworkers%s" % (name, workers, "" if seed is None else "-seed%d" % seed))
 
 
-Run = namedtuple("Run", "seed iters epochs")
+Run = namedtuple("Run", "seed iters epochs folder")
+NUMERICS = "portable"  # --numerics: every training run's numerics mode (cdsgd_mx.numerics)
+GOLDEN = None  # the golden run's numbers, run beside a portable sweep (cdsgd_mx.experiments.golden)
+
+
+def run_golden(out_dir):
+    """The golden run (tests/experiments/test_golden.py pins its numbers), with the sweep's code
+    and numerics: a sweep whose golden numbers differ from the test's was made by other numerics."""
+    from cdsgd_mx.experiments import golden
+    out = os.path.join(out_dir, "logs", "golden")
+    run_train({"config": golden.CONFIG}, "golden", list(golden.OVERRIDES), golden.WORKERS, out, " (numerics check)")
+    return golden.fingerprint(out)
 
 
 def run_curves(exp, quick, out_dir, iterations, data_dir, runs, seeds=(None,)):
     """Every run of the experiment, seed after seed (a sweep stopped midway leaves whole seeds
     behind). seeds: (None,) runs the config's seed into the folders without a seed suffix.
     Returns ({(name, workers): [Run per seed]}, the data used, the fallback note)."""
+    global GOLDEN
     extra, note = data_overrides(exp, quick, data_dir)
     extra += exp["quick"] if quick else []
+    extra += ["numerics=" + NUMERICS]
+    if NUMERICS == "portable":
+        GOLDEN = run_golden(out_dir)
     if iterations:
         extra += ["epochs=null", "iterations=%d" % iterations]
     if not REPLOT:  # with every override: fig8's synthetic fallback is valid only with the quick ones
@@ -266,13 +324,16 @@ def run_curves(exp, quick, out_dir, iterations, data_dir, runs, seeds=(None,)):
                 count += 1
                 what = "" if seed is None else ", seed %d (run %d of %d)" % (seed, count, total)
                 seeded = overrides + extra + ([] if seed is None else ["seed=%d" % seed])
+                if NUMERICS == "portable" and workers >= 3:  # arrival-order sums of 3+ pushes repeat no run
+                    seeded.append("fp32_sum=rank")
                 try:
                     iters, epochs = run_train(exp, name, seeded, workers, run_folder(out_dir, name, workers, seed),
                                               what, keep_going=seed is not None)
                 except RunFailed as e:
                     FAILED[(name, workers, seed)] = str(e)
                     continue
-                results.setdefault((name, workers), []).append(Run(seed, iters, epochs))
+                results.setdefault((name, workers), []).append(
+                    Run(seed, iters, epochs, run_folder(out_dir, name, workers, seed)))
     first = os.path.join(run_folder(out_dir, runs[-1][0], min(worker_counts), seeds[0]), "config.json")
     return results, json.load(open(first))["data"], note
 
@@ -392,8 +453,9 @@ def table_curves(name, exp, results, quick, data, note, names):
 
 
 def table_footer(lines, data, note, quick_text):
-    """The table's lines, then which data it used, the fallback note and the quick caveat."""
-    lines += ["", "Data: %s." % data]
+    """The table's lines, then which data it used, the numerics and code that made the runs,
+    the fallback note and the quick caveat."""
+    lines += ["", "Data: %s." % data] + provenance_lines()
     if note:
         lines += ["", "**%s**" % note]
     if quick_text:
@@ -609,15 +671,58 @@ def table_ksweep_seeds(exp, results, quick, data, note, claims):
                                                       "columns, not seconds).")
 
 
-def seeds_record(name, quick, data, results, claims):
-    """Every seed's numbers and the verdicts, for later comparisons to read (seeds.json)."""
-    runs = {"%s-%dworkers" % key: {str(r.seed): {"test_accuracy": final_accuracy(r), "final_loss": final_loss(r),
-                                                  "epoch_s": epoch_seconds(r.iters)} for r in rs}
-            for key, rs in results.items()}
-    failed = [{"run": n, "workers": w, "seed": s, "why": why} for (n, w, s), why in sorted(FAILED.items())]
+def run_record(r):
+    """One run's numbers, and how to make it again (its provenance: commit, command, numerics,
+    CPU, versions; scripts/train.py wrote it into the run's config.json)."""
+    last = r.epochs[-1] if r.epochs else {}
+    out = {"test_accuracy": final_accuracy(r), "final_loss": final_loss(r), "epoch_s": epoch_seconds(r.iters),
+           "last_epoch_loss": last.get("loss"), "weights_sha256": last.get("weights_sha256")}
+    path = os.path.join(r.folder, "config.json")
+    out["provenance"] = json.load(open(path)).get("provenance") if os.path.exists(path) else None
+    return out
+
+
+def failed_record(n, w, s, why, out_dir):
+    marker = os.path.join(run_folder(out_dir, n, w, s), DONE)
+    before = json.load(open(marker)) if os.path.exists(marker) else {}
+    return {"run": n, "workers": w, "seed": s, "why": why,
+            "provenance": {"code": before.get("code"), "command": before.get("command")}}
+
+
+def code_versions():
+    """{code id: number of runs} over every run used (cdsgd_mx.provenance.code_id)."""
+    counts = {}
+    for cid in CODE_OF.values():
+        counts[cid or "unknown"] = counts.get(cid or "unknown", 0) + 1
+    return counts
+
+
+def provenance_lines():
+    """Which code and numerics made the runs, for the table's end."""
+    versions = code_versions()
+    lines = ["", "Numerics: %s (cdsgd_mx.numerics)%s." % (NUMERICS, "; golden run (the test's pinned numbers, "
+                                                           "tests/experiments/test_golden.py): loss %r, test accuracy "
+                                                           "%r" % (GOLDEN["loss"], GOLDEN["test_accuracy"])
+                                                           if GOLDEN else "")]
+    if len(versions) == 1:
+        lines += ["", "Code: every run at %s. Each run's command, commit, CPU and versions are in seeds.json "
+                      "(`provenance`); `python scripts/reproduce.py verify DIR --sample N` reruns some." % next(iter(versions))]
+    else:
+        lines += ["", "**Mixed code versions (--allow-mixed)**: " + "; ".join(
+            "%d runs at %s" % (n, cid) for cid, n in sorted(versions.items(), key=lambda kv: -kv[1])) + "."]
+    return lines
+
+
+def seeds_record(name, quick, data, results, claims, out_dir):
+    """Every seed's numbers, how each was made, and the verdicts, for later comparisons and
+    `verify` to read (seeds.json)."""
+    runs = {"%s-%dworkers" % key: {str(r.seed): run_record(r) for r in rs} for key, rs in results.items()}
+    failed = [failed_record(n, w, s, why, out_dir) for (n, w, s), why in sorted(FAILED.items())]
     rates = [dict(run=n, workers=w, **r) for (n, w), r in sorted(failure_rates(results).items())]
-    return {"experiment": name, "quick": quick, "data": data, "runs": runs, "claims": claims, "failed": failed,
-            "failure_rates": rates}
+    versions = code_versions()
+    return {"experiment": name, "quick": quick, "data": data, "numerics": NUMERICS, "golden": GOLDEN,
+            "code_versions": versions, "mixed": len(versions) > 1, "runs": runs, "claims": claims,
+            "failed": failed, "failure_rates": rates}
 
 
 # ---- speed: fig10 -----------------------------------------------------------------------------
@@ -833,6 +938,146 @@ def table_speed(exp, cases, quick, workers):
     return "\n".join(lines) + "\n"
 
 
+# ---- verify: rerun recorded runs by their recorded commands -----------------------------------------
+
+METRICS = ("test_accuracy", "last_epoch_loss", "final_loss", "weights_sha256")  # compared in this order
+
+
+def recorded_runs(results_dir):
+    """[(label, key, seed, record)] of every run in RESULTS_DIR/seeds.json, failed ones too
+    (their record is {'failed': why, 'provenance': ...})."""
+    path = os.path.join(results_dir, "seeds.json")
+    if not os.path.exists(path):
+        sys.exit("reproduce verify: no seeds.json in %s (a folder written by reproduce.py --seeds N)" % results_dir)
+    sweep = json.load(open(path))
+    runs = [("%s seed %s" % (key, seed), key, int(seed), rec)
+            for key, seeds in sweep["runs"].items() for seed, rec in seeds.items()]
+    runs += [("%s-%dworkers seed %d" % (f["run"], f["workers"], f["seed"]), "%s-%dworkers" % (f["run"], f["workers"]),
+              f["seed"], {"failed": f["why"], "provenance": f.get("provenance")}) for f in sweep.get("failed", [])]
+    return sorted(runs, key=lambda r: (r[1], r[2]))
+
+
+def select_runs(runs, names, sample, rng):
+    """The runs named ALG:SEED or ALG-Wworkers:SEED (comma-separated), or `sample` at random."""
+    if names:
+        chosen = []
+        for item in names.split(","):
+            alg, _, seed = item.strip().rpartition(":")
+            match = [r for r in runs if seed.isdigit() and r[2] == int(seed) and (r[1] == alg or r[1].split("-")[0] == alg)]
+            if not match:
+                sys.exit("reproduce verify: --runs %r names no recorded run (recorded: %s, each ALG:SEED or "
+                         "ALG-Wworkers:SEED)" % (item, ", ".join(sorted({r[1] for r in runs}))))
+            chosen += [r for r in match if r not in chosen]
+        return chosen
+    return sorted(rng.sample(runs, min(sample, len(runs))), key=lambda r: (r[1], r[2]))
+
+
+def rerun_command(recorded, out):
+    """The recorded command with this interpreter and its out= pointed at `out`."""
+    cmd = [sys.executable if i == 0 else a for i, a in enumerate(recorded)]
+    return [a for a in cmd if not a.startswith("out=")] + ["out=" + out]
+
+
+def first_difference(then, now):
+    """None when the recorded and the rerun run agree on every metric, else 'metric: A
+    (recorded) vs B (now)' of the first that differs."""
+    if bool(then.get("failed")) != bool(now.get("failed")):
+        return "outcome: %s (recorded) vs %s (now)" % (then.get("failed") or "finished", now.get("failed") or "finished")
+    if then.get("failed"):
+        return None if then["failed"] == now["failed"] else "failure: %r (recorded) vs %r (now)" % (then["failed"], now["failed"])
+    for m in METRICS:
+        if m in then and then[m] != now.get(m):
+            return "%s: %r (recorded) vs %r (now)" % (m, then[m], now.get(m))
+    return None
+
+
+def explain(then, now):
+    """What differs between two runs' provenance that can move numbers."""
+    from cdsgd_mx import provenance
+    if not then:
+        return ["the recorded run has no provenance (recorded before it was kept)"]
+    why = []
+    a, b = provenance.code_id(then.get("code", then)), provenance.code_id(now)
+    if a != b:
+        why.append("another code version: recorded at %s, now %s" % (a, b))
+    if "numerics" in then:
+        tn, nn = then["numerics"], now["numerics"]
+        if tn != nn:
+            changed = sorted(k for k in set(tn["env"]) | set(nn["env"]) if tn["env"].get(k) != nn["env"].get(k))
+            why.append("other numerics settings: %s (recorded) vs %s (now)%s" % (
+                tn["mode"], nn["mode"], "; " + ", ".join("%s %s -> %s" % (k, tn["env"].get(k), nn["env"].get(k))
+                                                         for k in changed) if changed else ""))
+        if tn["mode"] == "native" and nn["mode"] == "native":
+            if then["cpu"]["isa_flags"] != now["cpu"]["isa_flags"]:
+                why.append("another CPU instruction set (native numerics follow it): %s (recorded) vs %s (now)" % (
+                    " ".join(then["cpu"]["isa_flags"]), " ".join(now["cpu"]["isa_flags"])))
+            if then["cpu"]["cores_usable"] != now["cpu"]["cores_usable"]:
+                why.append("another core count (native numerics split sums by it): %s (recorded) vs %s (now)"
+                           % (then["cpu"]["cores_usable"], now["cpu"]["cores_usable"]))
+    if "libraries" in then:
+        changed = sorted(k for k in set(then["libraries"]) | set(now["libraries"])
+                         if then["libraries"].get(k) != now["libraries"].get(k))
+        if changed:
+            why.append("other library versions: " + ", ".join("%s %s -> %s" % (
+                k, then["libraries"].get(k), now["libraries"].get(k)) for k in changed))
+    return why
+
+
+def verify(argv):
+    import random
+    import tempfile
+    ap = argparse.ArgumentParser(prog="scripts/reproduce.py verify", description="Rerun recorded runs of a sweep "
+                                 "by their recorded commands and say, for each, `same` or the first metric that "
+                                 "differs (exit 0 only when all are the same).")
+    ap.add_argument("results_dir", help="a folder written by reproduce.py --seeds N (with seeds.json)")
+    ap.add_argument("--runs", default=None, help="comma-separated ALG:SEED or ALG-Wworkers:SEED, e.g. cdsgd:19")
+    ap.add_argument("--sample", type=int, default=None, help="rerun N runs drawn at random")
+    ap.add_argument("--sample-seed", type=int, default=None, help="the draw's seed (default: a new draw each time)")
+    ap.add_argument("--scratch", default=None, help="where the reruns write (default: a new temporary folder)")
+    args = ap.parse_args(argv)
+    if (args.runs is None) == (args.sample is None):
+        ap.error("name the runs to rerun with --runs ALG:SEED,... or draw some with --sample N (one of the two)")
+    if args.sample is not None and args.sample < 1:
+        ap.error("--sample must be an integer >= 1, got %d" % args.sample)
+    runs = recorded_runs(args.results_dir)
+    chosen = select_runs(runs, args.runs, args.sample, random.Random(args.sample_seed))
+    scratch = args.scratch or tempfile.mkdtemp(prefix="cdsgd-verify-")
+    say("verify: rerunning %d of %d recorded runs into %s: %s" % (len(chosen), len(runs), scratch,
+                                                                  ", ".join(r[0] for r in chosen)))
+    differ = 0
+    for i, (label, key, seed, then) in enumerate(chosen):
+        prov = then.get("provenance") or {}
+        if not prov.get("command"):
+            say("%s: cannot rerun: no recorded command (recorded before provenance was kept)" % label)
+            differ += 1
+            continue
+        out = os.path.join(scratch, "%s-seed%d" % (key, seed))
+        say("(%d/%d) %s: %s" % (i + 1, len(chosen), label, " ".join(prov["command"])))
+        proc = subprocess.run(rerun_command(prov["command"], out), cwd=ROOT, capture_output=True, text=True)
+        with open(os.path.join(scratch, "%s-seed%d.log" % (key, seed)), "w") as f:
+            f.write(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            now = {"failed": failure_reason(proc.stdout + proc.stderr, proc.returncode)}
+        else:
+            iters, epochs = read_metrics(out)
+            now = run_record(Run(seed, iters, epochs, out))
+        diff = first_difference(then, now)
+        if diff is None:
+            print("%s: same" % label, flush=True)
+            continue
+        differ += 1
+        now_prov = now.get("provenance")
+        if now_prov is None:
+            from cdsgd_mx import provenance
+            now_prov = provenance.record(with_mxnet=False)
+        why = explain(prov, now_prov)
+        print("%s: differs, %s; %s" % (label, diff, "explained by: " + "; ".join(why) if why else
+                                       "not explained: same code, numerics, CPU instruction set and versions"),
+              flush=True)
+    print("verify: %d of %d the same%s" % (len(chosen) - differ, len(chosen), "" if differ else " (all)"), flush=True)
+    return 0 if differ == 0 else 1
+
+
 # ---- main ---------------------------------------------------------------------------------------
 
 def seed_list(exp, count):
@@ -848,6 +1093,9 @@ def seed_list(exp, count):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["verify"]:
+        sys.exit(verify(argv[1:]))
     ap = argparse.ArgumentParser(prog="scripts/reproduce.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("experiment", help="one of %s" % ", ".join(EXPERIMENTS))
     ap.add_argument("--quick", action="store_true", help="a reduced version that finishes in minutes")
@@ -866,9 +1114,15 @@ def main(argv=None):
     ap.add_argument("--pull-compression", default="none", choices=("none", "2bit"),
                     help="2bit: run BIT-SGD and CD-SGD with 2 bits both ways against without, instead of the "
                          "four algorithms (fig6, fig7, fig8, fig9); fig10: time them beside the four, in the same jobs")
+    ap.add_argument("--numerics", default="portable", choices=("portable", "native"),
+                    help="portable (default): every run pins its numerics, so the same run gives the same weights "
+                         "on any x86-64 CPU with AVX2 and any core count; native: this CPU's fastest kernels "
+                         "(cdsgd_mx.numerics)")
+    ap.add_argument("--allow-mixed", action="store_true", help="reuse finished runs made by another commit or "
+                    "changed tree (without it such a sweep stops); the table then says which runs came from which")
     args = ap.parse_args(argv)
-    global REPLOT, RERUN
-    REPLOT, RERUN = args.replot, args.rerun
+    global REPLOT, RERUN, ALLOW_MIXED, NUMERICS
+    REPLOT, RERUN, ALLOW_MIXED, NUMERICS = args.replot, args.rerun, args.allow_mixed, args.numerics
     if args.experiment not in EXPERIMENTS:
         ap.error("experiment must be one of %s, got %r" % (", ".join(EXPERIMENTS), args.experiment))
     if args.iterations is not None and args.iterations < 1:
@@ -916,7 +1170,7 @@ def main(argv=None):
             md = table_ksweep_seeds(exp, results, args.quick, data, note, claims) if ksweep else \
                 table_curves_seeds(name, exp, results, args.quick, data, note, names, claims)
             with open(os.path.join(out_dir, "seeds.json"), "w") as f:
-                json.dump(seeds_record(name, args.quick, data, results, claims), f, indent=1)
+                json.dump(seeds_record(name, args.quick, data, results, claims, out_dir), f, indent=1)
     md += "\n" + "\n".join("![%s](%s)" % (os.path.basename(p), os.path.basename(p)) for p in plots) + "\n"
     with open(os.path.join(out_dir, "%s.md" % name), "w") as f:
         f.write(md)

@@ -25,7 +25,10 @@ from cdsgd_mx.server.node import serve_if_not_worker
 serve_if_not_worker()  # with MXNet's tools/launch.py every role runs this script
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cdsgd_mx import numerics, provenance  # noqa: E402
 from cdsgd_mx.experiments import config as C  # noqa: E402
+
+COMMAND_ENV = "CDSGD_TRAIN_COMMAND"  # the command the user ran, for the workers' provenance record
 
 
 def choose_k(cfg):
@@ -175,12 +178,23 @@ def written_by(ckpt, run):
         return True
 
 
+def weights_digest(net):
+    """SHA-256 of every parameter's float bytes, in name order."""
+    import hashlib
+    h = hashlib.sha256()
+    for name, p in sorted(net.collect_params().items()):
+        h.update(name.encode())
+        h.update(p.data().asnumpy().tobytes())
+    return h.hexdigest()
+
+
 def worker(cfg, resume):
     import mxnet as mx
     import numpy as np
     from mxnet import autograd, gluon
     import cdsgd_mx
     from cdsgd_mx.experiments import models
+    from cdsgd_mx.experiments.progress import Progress
 
     mx.random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -222,9 +236,10 @@ def worker(cfg, resume):
             sys.stderr.write("resume error: %s\n" % (e if isinstance(e, ValueError) else
                                                       "checkpoint %s holds no epoch: not written by this script" % ckpt))
             sys.exit(2)
-    if rank == 0:
+    if rank == 0:  # with how it was made: the user's command, this worker's numerics, CPU, versions
+        command = json.loads(os.environ[COMMAND_ENV]) if os.environ.get(COMMAND_ENV) else None
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
-            json.dump(dict(C.as_dict(cfg), k_used=k, data=source), f, indent=1)
+            json.dump(dict(C.as_dict(cfg), k_used=k, data=source, provenance=provenance.record(command)), f, indent=1)
     it = start_epoch * per_epoch
     log = open_metrics(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), resume or restarted, it, start_epoch)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -233,10 +248,8 @@ def worker(cfg, resume):
         if trainer.learning_rate != cfg.lr * factor:
             trainer.set_learning_rate(cfg.lr * factor, local_lr=(cfg.local_lr or cfg.lr) * factor)
         bar = None
-        if rank == 0:
-            from tqdm import tqdm
-            bar = tqdm(total=min(per_epoch, total - it), desc="epoch %d/%d" % (epoch + 1, epochs),
-                       file=sys.stdout, mininterval=1.0)
+        if rank == 0:  # a bar on a terminal, else a line every 10 s (no \r redraws in a job's log)
+            bar = Progress(min(per_epoch, total - it), "epoch %d/%d" % (epoch + 1, epochs))
         losses, correct, seen = [], 0, 0
         t0 = time.perf_counter()
         for xb, yb in dataset.train_batches(epoch):
@@ -259,8 +272,7 @@ def worker(cfg, resume):
             it += 1
             t0 = now
             if bar:
-                bar.update(1)
-                bar.set_postfix(loss="%.4f" % np.mean(losses[-20:]))
+                bar.update(1, loss="%.4f" % np.mean(losses[-20:]))
         if bar:
             bar.close()
         trainer.wait_all()
@@ -273,6 +285,7 @@ def worker(cfg, resume):
         record = {"epoch": epoch, "loss": float(np.mean(losses)) if losses else None,
                   "train_accuracy": correct / max(1, seen), "test_accuracy": test_acc,
                   "learning_rate": trainer.learning_rate, "data": source}
+        record["weights_sha256"] = weights_digest(net)  # bit for bit: what verify and the golden run compare
         if trainer.kvstore.pull_error is not None:  # 2-bit pulls: ||W - V|| / ||W|| after the last one
             record["pull_error"] = trainer.kvstore.pull_error
         log.write(json.dumps(record) + "\n")
@@ -285,6 +298,32 @@ def worker(cfg, resume):
         if cfg.checkpoint:
             trainer.save_states(ckpt, extra={"epoch": epoch + 1, "run": run})  # raises (the job stops) if any node fails
     log.close()
+
+
+def current_command(argv=None):
+    """The command that ran this script (argv: main's, when called from Python)."""
+    if argv is not None:
+        return [sys.executable, os.path.abspath(__file__)] + list(argv)
+    return list(getattr(sys, "orig_argv", None) or [sys.executable] + sys.argv)
+
+
+def pin_numerics(mode, argv=None):
+    """Put the config's numerics mode in force. Portable pins must be set before MXNet loads,
+    and this script has loaded it (cdsgd_mx registers its store on import): run this script
+    again with CDSGD_NUMERICS in its environment, where `import cdsgd_mx` pins first; the
+    processes it launches inherit it."""
+    if mode == numerics.active():
+        return
+    if numerics.active() == "portable":
+        raise numerics.NumericsError("numerics: the config says %s, and this job's environment has %s=portable: "
+                                     "unset one" % (mode, numerics.ENV))
+    numerics.check_cpu()
+    if argv is not None:  # called from Python: this process cannot be started again
+        raise numerics.NumericsError("numerics: %s must be in force before MXNet loads: set %s=%s in the "
+                                     "environment first" % (mode, numerics.ENV, mode))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, current_command(), dict(os.environ, **{numerics.ENV: mode}))
 
 
 def main(argv=None):
@@ -301,6 +340,11 @@ def main(argv=None):
     except C.ConfigError as e:
         sys.stderr.write("config error: %s\n" % e)
         return 2
+    try:
+        pin_numerics(cfg.numerics, argv)
+    except numerics.NumericsError as e:
+        sys.stderr.write("config error: %s\n" % e)
+        return 2
     if not args.worker:  # the launching process fetches what is missing: workers read from disk only
         from cdsgd_mx.experiments import data
         try:
@@ -308,6 +352,8 @@ def main(argv=None):
         except data.DataMissing as e:
             sys.stderr.write("data error: %s\n" % e)
             return 2
+    if not args.worker:
+        os.environ[COMMAND_ENV] = json.dumps(current_command(argv))
     if args.worker or (cfg.workers == 1 and not cfg.bandwidth and not cfg.latency):
         worker(cfg, args.resume)
         return 0

@@ -3,6 +3,9 @@
     python -m cdsgd_mx.bench.codec [--threads 1,2] [--sizes 1e4,1e5,1e6,1e7,1e8] [--json]
         [--mxnet-baseline DIR] [--device cpu|cuda]
 
+--json: one JSON object per line, the first {"provenance": ...} (cdsgd_mx.provenance.record()),
+then one row per op, size and thread count.
+
 Each figure is the best of several repetitions (at least --min-time seconds in all).
 gb_per_s counts the bytes an op must move per value: quantize reads grad and residual and
 writes residual and codes (12.25 B), dequantize reads codes and writes floats (4.25 B), wire
@@ -28,7 +31,7 @@ import time
 
 import numpy as np
 
-from cdsgd_mx import codec
+from cdsgd_mx import codec, provenance
 
 BYTES_PER_VALUE = {
     "copy": 8.0,
@@ -186,7 +189,9 @@ def main(argv=None):
         baseline, why = load_mxnet_baseline(os.path.abspath(args.mxnet_baseline))
     if why and not args.json:
         print("note: MXNet kernels not measured: %s" % why)
-    if not args.json:
+    if args.json:  # the first line: where and how these rows were made (provenance.py)
+        print(json.dumps({"provenance": provenance.record()}), flush=True)
+    else:
         print("%-17s %11s %7s %12s %9s %10s %10s" % ("op", "n", "threads", "Melem/s", "GB/s", "x mxnet", "% of copy"))
     for n in sizes:
         for t in threads:

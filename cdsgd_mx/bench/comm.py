@@ -63,6 +63,7 @@ import sys
 import time
 
 from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable
+from cdsgd_mx import provenance
 from cdsgd_mx.bench import mark_fresh
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
@@ -495,6 +496,7 @@ def print_table(args, infos, results):
 
 
 def leader(args):
+    made = provenance.record() if args.json else None  # the leader's run, before its jobs (provenance.py)
     infos = {}
     for model in args.models:
         infos[model] = model_info(model)
@@ -531,6 +533,7 @@ def leader(args):
                                 "both_bound_ms": both,
                                 "systems": {s: r for s, r in res.items() if s != "skipped"},
                                 "skipped": res.get("skipped")})
+        out["provenance"] = made
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
         print("wrote %s" % args.json)

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from cdsgd_mx import codec
+from cdsgd_mx import codec, provenance
 from cdsgd_mx.worker.device import DeviceBucket
 from cdsgd_mx.bench import gpu
 
@@ -110,7 +110,7 @@ def main(argv=None):
           % (row["host_path_over_device_part"], row["device_part_over_codec_alone"]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(row, f, indent=1)
+            json.dump(dict(row, provenance=provenance.record()), f, indent=1)
     return 0
 
 

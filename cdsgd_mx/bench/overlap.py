@@ -23,6 +23,9 @@ Each cycle measures tau, then fp32 and 2-bit rounds alone taking turns, then eac
 for a block of 1 + 2k steps (the order rotated every cycle); --iterations is then the timed
 steps per algorithm, rounded up to whole cycles of 2k; iter_ms is the median over cycles of
 each block's mean.
+
+--json: one JSON object per line instead of the summary: first {"provenance": ...}
+(cdsgd_mx.provenance.record()), then one row per job (or algorithm), then the costs (phi_ms, ...).
 """
 import argparse
 import json
@@ -30,6 +33,7 @@ import os
 import subprocess
 import sys
 import time
+from cdsgd_mx import provenance
 from cdsgd_mx.bench import mark_fresh
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
@@ -267,6 +271,8 @@ def separate_results(args):
 
 
 def leader(args):
+    if args.json:  # the first line: where and how these rows were made (provenance.py); the workers print none
+        print(json.dumps({"provenance": provenance.record()}), flush=True)
     if args.interleaved:
         results, phi, psi, job = interleaved_results(args)
     else:

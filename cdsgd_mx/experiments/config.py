@@ -9,6 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import List, Optional, Union
 
+from cdsgd_mx.numerics import MODES as NUMERICS
 from cdsgd_mx.worker.schedule import ALGORITHMS
 
 MODELS = ("lenet5", "resnet20", "inception_bn", "alexnet", "vgg16", "resnet50")
@@ -58,6 +59,7 @@ class Config:
     stall_timeout: float = 600       # stop the job when a node is silent or a round waits this long (s; 0: off)
     start_timeout: float = 1800      # the same while the nodes start
     max_restarts: int = 0            # restart the whole job from its last checkpoint after a failure, this often
+    numerics: str = "native"         # 'portable': the same weights on any x86-64 CPU with AVX2 (cdsgd_mx.numerics)
 
 
 FIELDS = tuple(f.name for f in fields(Config))
@@ -99,6 +101,7 @@ def _check(cfg):
     choice("dataset", DATASETS)
     choice("algorithm", ALGORITHMS)
     choice("nonfinite", NONFINITE)
+    choice("numerics", NUMERICS)
     integer("workers", 1)
     integer("servers", 1)
     integer("batch_size", 1)

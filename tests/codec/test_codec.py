@@ -674,6 +674,8 @@ def test_the_codec_benchmark_times_every_op_beside_a_copy(tmp_path):
                            "--json", "--mxnet-baseline", str(tmp_path / "none")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert list(rows[0]) == ["provenance"]  # first, once: how these figures were made
+    rows = rows[1:]
     ops = ["copy", "quantize", "dequantize", "wire_encode", "wire_decode", "decode_sgd", "pull_encode", "pull_decode"]
     assert [(r["op"], r["n"]) for r in rows] == [(op, n) for n in (5000, 70000) for op in ops]
     for r in rows:

@@ -72,6 +72,11 @@ def test_interleaved_job_runs_every_algorithm_by_its_schedule():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    # the first JSON line, and the only one of its kind (the leader's, none from the workers): provenance
+    assert list(rows[0]) == ["provenance"] and sum("provenance" in r for r in rows) == 1
+    made = rows[0]["provenance"]
+    assert made["command"][:3] == ["python", "-m", "cdsgd_mx.bench.overlap"] and "--interleaved" in made["command"]
+    assert "commit" in made and made["numerics"]["mode"] in ("native", "portable")
     jobs = {r["job"]: r for r in rows if "job" in r}
     assert sorted(jobs) == ["bitsgd", "cdsgd", "odsgd", "ssgd"] and all(r["interleaved"] for r in jobs.values())
     fp32 = 4 * jobs["ssgd"]["params"]

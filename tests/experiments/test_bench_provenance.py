@@ -1,0 +1,46 @@
+"""Every bench.* JSON output says where and how it was made (cdsgd_mx.provenance.record()):
+line-oriented output (--json of bench.codec, bench.overlap) starts with one {"provenance": ...}
+line; a JSON file of one object (bench.device --json F, bench.comm --json F) holds a top-level
+"provenance". The cheapest outputs run here; bench.comm and bench.overlap are checked in
+test_bench_comm.py and test_overlap.py (slow: real jobs)."""
+import json
+import subprocess
+import sys
+
+
+def check_provenance(p, module):
+    assert p["commit"] is None or len(p["commit"]) == 40  # None only outside a git checkout
+    cmd = p["command"]
+    assert cmd[0] == "python" and cmd[1:3] == ["-m", module], cmd  # as typed from the repository's root
+    assert p["command_line"].startswith("python -m " + module)
+    assert p["numerics"]["mode"] in ("native", "portable")
+    assert p["libraries"]["cdsgd_mx"] and p["cpu"]["cores"] >= 1
+
+
+def test_codec_json_lines_start_with_one_provenance_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.codec", "--sizes", "1000", "--min-time", "0.001",
+                           "--json", "--mxnet-baseline", str(tmp_path / "none")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    first, rest = rows[0], rows[1:]
+    assert list(first) == ["provenance"]
+    check_provenance(first["provenance"], "cdsgd_mx.bench.codec")
+    assert "--json" in first["provenance"]["command"]
+    # once, and the rows as before: one per op, none of them touched
+    assert sum("provenance" in r for r in rows) == 1
+    assert [r["op"] for r in rest] == ["copy", "quantize", "dequantize", "wire_encode", "wire_decode", "decode_sgd",
+                                       "pull_encode", "pull_decode"]
+    assert all(r["n"] == 1000 and r["melem_per_s"] > 0 for r in rest)
+
+
+def test_device_json_file_holds_a_provenance_key(tmp_path):
+    out = tmp_path / "d.json"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.device", "--device", "cpu", "--values", "1000",
+                           "--repeats", "1", "--threads", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    check_provenance(data["provenance"], "cdsgd_mx.bench.device")
+    assert data["values"] == 1000 and data["device_part_ms"] > 0  # the figures as before, beside it
+    assert "provenance" not in proc.stdout  # the file only: the printed summary is unchanged
