@@ -101,8 +101,8 @@ def use(mode, environ=None):
         unpinned = {k: v for k, v in PINS.items() if environ.get(k) != v}
         if unpinned and mxnet_loaded():
             raise NumericsError("numerics: portable must be in force before MXNet loads, and MXNet is loaded in this "
-                                "process with %s: start the job with %s=portable in its environment, or call "
-                                "cdsgd_mx.numerics.use('portable') before importing mxnet"
+                                "process with %s: start the job with %s=portable in its environment (or set it in "
+                                "os.environ before the first import of cdsgd_mx or mxnet)"
                                 % (", ".join("%s=%s" % (k, environ.get(k, "unset")) for k in sorted(unpinned)), ENV))
         environ.update(PINS)
     elif active(environ) == "portable" and mxnet_loaded():

@@ -16,6 +16,7 @@ None the same semantics run in one process (N = 1, no parameter server).
 import numpy as np
 from mxnet import autograd, gluon
 
+from cdsgd_mx import numerics
 from cdsgd_mx.worker.buckets import DEFAULT_BUCKET_SIZE
 from cdsgd_mx.worker.config import DEFAULT_RESYNC_EVERY, ConfigError, check_config, check_learning_rate
 from cdsgd_mx.worker.kvstore import CDSGD
@@ -30,13 +31,30 @@ STALE = ("Gradient of Parameter `%s` on context %s has not been updated by backw
          "call step with ignore_stale_grad=True if only part of the network is used at this step")
 
 
+def require_numerics(mode):
+    """numerics=: the mode must already be in force in this process (numerics.py: pins act only
+    when set before MXNet loads, and MXNet is loaded here)."""
+    if mode is None:
+        return
+    if mode not in numerics.MODES:
+        raise ConfigError("numerics must be None or one of %s, got %r" % (", ".join(numerics.MODES), mode))
+    if numerics.active() != mode:
+        raise ConfigError("numerics=%r: this process runs %s numerics; the mode is set before MXNet loads: start the "
+                          "job with %s=%s in its environment (or set os.environ[%r] = %r before the first import of "
+                          "cdsgd_mx or mxnet)" % (mode, numerics.active(), numerics.ENV, mode, numerics.ENV, mode))
+
+
 class Trainer(gluon.Trainer):
     """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
     local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None,
     nonfinite='error', bucket_size=2^20 values, pull_compression='none' ('2bit': 2-bit both
     ways, bitsgd and cdsgd), resync_every=0 (bitsgd with 2-bit pulls: never re-sync),
     fp32_sum='arrival' ('rank': the servers sum fp32 pushes in rank order, so the same seed gives
-    the same weights with any number of workers) (see CDSGD).
+    the same weights with any number of workers), numerics=None ('portable': require the pinned
+    numerics that give the same weights on any x86-64 CPU with AVX2 and any core count; they are
+    set before MXNet loads, by CDSGD_NUMERICS=portable in the job's environment (or in
+    os.environ before the first import of cdsgd_mx or mxnet); a mode not in force is a
+    ConfigError) (see CDSGD).
 
     The parameters are fused into buckets: their gradients are bound to slices of one flat
     buffer (autograd writes there), and every step hands all of them to the kvstore at once.
@@ -47,7 +65,8 @@ class Trainer(gluon.Trainer):
                  k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",
                  local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None,
                  nonfinite="error", bucket_size=DEFAULT_BUCKET_SIZE, pull_compression="none",
-                 resync_every=DEFAULT_RESYNC_EVERY, fp32_sum="arrival"):
+                 resync_every=DEFAULT_RESYNC_EVERY, fp32_sum="arrival", numerics=None):
+        require_numerics(numerics)
         aggregate = update_on_kvstore is False  # the servers sum, the workers update (gluon's meaning)
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
                      pull_compression, resync_every, fp32_sum)

@@ -151,14 +151,14 @@ REPLOT = False  # --replot: read the logs already in --out instead of running
 RERUN = False  # --rerun: run again where a finished run with the same settings is in --out
 ALLOW_MIXED = False  # --allow-mixed: reuse finished runs made by another code version (the table says so)
 DONE = "reproduce.json"  # written into a run's folder once it finished: what it ran
-CODE = None  # this checkout's code version (cdsgd_mx.provenance.code_version), once known
-CODE_OF = {}  # run folder -> the code version that made it (cdsgd_mx.provenance.code_id)
+CODE = None  # this checkout's code version (cdsgd_mx.experiments.provenance.code_version), once known
+CODE_OF = {}  # run folder -> the code version that made it (cdsgd_mx.experiments.provenance.code_id)
 
 
 def this_code():
     global CODE
     if CODE is None:
-        from cdsgd_mx import provenance
+        from cdsgd_mx.experiments import provenance
         CODE = provenance.code_version()
     return CODE
 
@@ -166,7 +166,7 @@ def this_code():
 def check_same_code(label, out, before):
     """A finished run is reused only when this checkout's code made it: else stop, naming both
     versions (--rerun runs it again, --allow-mixed takes it as it is and the table says so)."""
-    from cdsgd_mx import provenance
+    from cdsgd_mx.experiments import provenance
     theirs, ours = provenance.code_id(before.get("code")), provenance.code_id(this_code())
     CODE_OF[out] = theirs
     if theirs != ours and not ALLOW_MIXED and not REPLOT:
@@ -177,6 +177,7 @@ def check_same_code(label, out, before):
 
 
 FAILED = {}  # (name, workers, seed) -> why: runs of a sweep over seeds that failed (diverged)
+FAILED_HOW = {}  # (name, workers, seed) -> {"code", "command"} of a failed run, as its marker says
 
 
 class RunFailed(Exception):
@@ -213,7 +214,7 @@ def run_train(exp, name, overrides, workers, out, what="", keep_going=False):
         return read_metrics(out)
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config", os.path.join(ROOT, exp["config"])] \
         + overrides + ["workers=%d" % workers, "out=" + out]
-    from cdsgd_mx import provenance
+    from cdsgd_mx.experiments import provenance
     done.update(code=this_code(), command=provenance.command(cmd))
     CODE_OF[out] = provenance.code_id(this_code())
     say("%s ..." % label)
@@ -236,6 +237,14 @@ def run_train(exp, name, overrides, workers, out, what="", keep_going=False):
     with open(marker, "w") as f:
         json.dump(done, f)
     return read_metrics(out)
+
+
+def read_marker(out):
+    """What a run's folder says it ran (its reproduce.json), {} where there is none."""
+    try:
+        return json.load(open(os.path.join(out, DONE)))
+    except (OSError, ValueError):
+        return {}
 
 
 def read_metrics(out):
@@ -287,7 +296,7 @@ def run_folder(out_dir, name, workers, seed):
     return os.path.join(out_dir, "logs", "%s-%dworkers%s" % (name, workers, "" if seed is None else "-seed%d" % seed))
 
 
-Run = namedtuple("Run", "seed iters epochs folder")
+Run = namedtuple("Run", "seed iters epochs folder", defaults=(None,))  # folder: where its logs are
 NUMERICS = "portable"  # --numerics: every training run's numerics mode (cdsgd_mx.numerics)
 GOLDEN = None  # the golden run's numbers, run beside a portable sweep (cdsgd_mx.experiments.golden)
 
@@ -331,6 +340,9 @@ def run_curves(exp, quick, out_dir, iterations, data_dir, runs, seeds=(None,)):
                                               what, keep_going=seed is not None)
                 except RunFailed as e:
                     FAILED[(name, workers, seed)] = str(e)
+                    how = read_marker(run_folder(out_dir, name, workers, seed))
+                    if how.get("command"):
+                        FAILED_HOW[(name, workers, seed)] = {"code": how.get("code"), "command": how["command"]}
                     continue
                 results.setdefault((name, workers), []).append(
                     Run(seed, iters, epochs, run_folder(out_dir, name, workers, seed)))
@@ -677,20 +689,20 @@ def run_record(r):
     last = r.epochs[-1] if r.epochs else {}
     out = {"test_accuracy": final_accuracy(r), "final_loss": final_loss(r), "epoch_s": epoch_seconds(r.iters),
            "last_epoch_loss": last.get("loss"), "weights_sha256": last.get("weights_sha256")}
-    path = os.path.join(r.folder, "config.json")
-    out["provenance"] = json.load(open(path)).get("provenance") if os.path.exists(path) else None
+    path = os.path.join(r.folder or "", "config.json")
+    out["provenance"] = json.load(open(path)).get("provenance") if r.folder and os.path.exists(path) else None
     return out
 
 
-def failed_record(n, w, s, why, out_dir):
-    marker = os.path.join(run_folder(out_dir, n, w, s), DONE)
-    before = json.load(open(marker)) if os.path.exists(marker) else {}
-    return {"run": n, "workers": w, "seed": s, "why": why,
-            "provenance": {"code": before.get("code"), "command": before.get("command")}}
+def failed_record(n, w, s, why):
+    out = {"run": n, "workers": w, "seed": s, "why": why}
+    if (n, w, s) in FAILED_HOW:
+        out["provenance"] = FAILED_HOW[(n, w, s)]
+    return out
 
 
 def code_versions():
-    """{code id: number of runs} over every run used (cdsgd_mx.provenance.code_id)."""
+    """{code id: number of runs} over every run used (cdsgd_mx.experiments.provenance.code_id)."""
     counts = {}
     for cid in CODE_OF.values():
         counts[cid or "unknown"] = counts.get(cid or "unknown", 0) + 1
@@ -713,11 +725,11 @@ def provenance_lines():
     return lines
 
 
-def seeds_record(name, quick, data, results, claims, out_dir):
+def seeds_record(name, quick, data, results, claims):
     """Every seed's numbers, how each was made, and the verdicts, for later comparisons and
     `verify` to read (seeds.json)."""
     runs = {"%s-%dworkers" % key: {str(r.seed): run_record(r) for r in rs} for key, rs in results.items()}
-    failed = [failed_record(n, w, s, why, out_dir) for (n, w, s), why in sorted(FAILED.items())]
+    failed = [failed_record(n, w, s, why) for (n, w, s), why in sorted(FAILED.items())]
     rates = [dict(run=n, workers=w, **r) for (n, w), r in sorted(failure_rates(results).items())]
     versions = code_versions()
     return {"experiment": name, "quick": quick, "data": data, "numerics": NUMERICS, "golden": GOLDEN,
@@ -993,7 +1005,7 @@ def first_difference(then, now):
 
 def explain(then, now):
     """What differs between two runs' provenance that can move numbers."""
-    from cdsgd_mx import provenance
+    from cdsgd_mx.experiments import provenance
     if not then:
         return ["the recorded run has no provenance (recorded before it was kept)"]
     why = []
@@ -1068,7 +1080,7 @@ def verify(argv):
         differ += 1
         now_prov = now.get("provenance")
         if now_prov is None:
-            from cdsgd_mx import provenance
+            from cdsgd_mx.experiments import provenance
             now_prov = provenance.record(with_mxnet=False)
         why = explain(prov, now_prov)
         print("%s: differs, %s; %s" % (label, diff, "explained by: " + "; ".join(why) if why else
@@ -1170,7 +1182,7 @@ def main(argv=None):
             md = table_ksweep_seeds(exp, results, args.quick, data, note, claims) if ksweep else \
                 table_curves_seeds(name, exp, results, args.quick, data, note, names, claims)
             with open(os.path.join(out_dir, "seeds.json"), "w") as f:
-                json.dump(seeds_record(name, args.quick, data, results, claims, out_dir), f, indent=1)
+                json.dump(seeds_record(name, args.quick, data, results, claims), f, indent=1)
     md += "\n" + "\n".join("![%s](%s)" % (os.path.basename(p), os.path.basename(p)) for p in plots) + "\n"
     with open(os.path.join(out_dir, "%s.md" % name), "w") as f:
         f.write(md)

@@ -25,7 +25,8 @@ from cdsgd_mx.server.node import serve_if_not_worker
 serve_if_not_worker()  # with MXNet's tools/launch.py every role runs this script
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from cdsgd_mx import numerics, provenance  # noqa: E402
+from cdsgd_mx import numerics  # noqa: E402
+from cdsgd_mx.experiments import provenance  # noqa: E402
 from cdsgd_mx.experiments import config as C  # noqa: E402
 
 COMMAND_ENV = "CDSGD_TRAIN_COMMAND"  # the command the user ran, for the workers' provenance record

@@ -17,7 +17,8 @@ LAYERS = [
     ("server", ["cdsgd_mx.server"]),
     ("cluster", ["cdsgd_mx.cluster"]),
     ("wire", ["cdsgd_mx.wire"]),
-    ("codec", ["cdsgd_mx.codec", "cdsgd_mx._native", "cdsgd_mx.reference", "cdsgd_mx.mxnet_import"]),
+    ("codec", ["cdsgd_mx.codec", "cdsgd_mx._native", "cdsgd_mx.reference", "cdsgd_mx.mxnet_import",
+               "cdsgd_mx.numerics"]),
 ]
 # The package's face: its __init__ (which registers the store and hands out Trainer, CDSGD,
 # ConfigError) and the one-line entry points that keep the documented `python -m` names.

@@ -3,7 +3,7 @@
     python -m cdsgd_mx.bench.codec [--threads 1,2] [--sizes 1e4,1e5,1e6,1e7,1e8] [--json]
         [--mxnet-baseline DIR] [--device cpu|cuda]
 
---json: one JSON object per line, the first {"provenance": ...} (cdsgd_mx.provenance.record()),
+--json: one JSON object per line, the first {"provenance": ...} (cdsgd_mx.experiments.provenance.record()),
 then one row per op, size and thread count.
 
 Each figure is the best of several repetitions (at least --min-time seconds in all).
@@ -31,7 +31,8 @@ import time
 
 import numpy as np
 
-from cdsgd_mx import codec, provenance
+from cdsgd_mx import codec
+from cdsgd_mx.experiments import provenance
 
 BYTES_PER_VALUE = {
     "copy": 8.0,

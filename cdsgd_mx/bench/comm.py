@@ -63,7 +63,7 @@ import sys
 import time
 
 from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable
-from cdsgd_mx import provenance
+from cdsgd_mx.experiments import provenance
 from cdsgd_mx.bench import mark_fresh
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]

@@ -23,7 +23,8 @@ import time
 
 import numpy as np
 
-from cdsgd_mx import codec, provenance
+from cdsgd_mx import codec
+from cdsgd_mx.experiments import provenance
 from cdsgd_mx.worker.device import DeviceBucket
 from cdsgd_mx.bench import gpu
 

@@ -25,7 +25,7 @@ steps per algorithm, rounded up to whole cycles of 2k; iter_ms is the median ove
 each block's mean.
 
 --json: one JSON object per line instead of the summary: first {"provenance": ...}
-(cdsgd_mx.provenance.record()), then one row per job (or algorithm), then the costs (phi_ms, ...).
+(cdsgd_mx.experiments.provenance.record()), then one row per job (or algorithm), then the costs (phi_ms, ...).
 """
 import argparse
 import json
@@ -33,7 +33,7 @@ import os
 import subprocess
 import sys
 import time
-from cdsgd_mx import provenance
+from cdsgd_mx.experiments import provenance
 from cdsgd_mx.bench import mark_fresh
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]

@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 
+from cdsgd_mx import numerics
 from cdsgd_mx.wire import auth
 from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.cluster.watchdog import Watchdog
@@ -236,6 +237,8 @@ def run_job(args, outcome=None):
         "PYTHONUNBUFFERED": "1", "CDSGD_RESTART": str(outcome["attempt"]),
         "CDSGD_RUN_ID": os.environ.get("CDSGD_RUN_ID", ""),
     }
+    if os.environ.get(numerics.ENV):  # over ssh too: every node pins the same numerics (numerics.py)
+        shared[numerics.ENV] = os.environ[numerics.ENV]
     if not hosts:
         shared["DMLC_NODE_HOST"] = host
         if (host.startswith("127.") or host == "localhost") and "DMLC_INTERFACE" not in os.environ:

@@ -146,6 +146,7 @@ class ServerState:
             msg = json.loads(msg)
         if msg["op"] == "optimizer":
             from cdsgd_mx.wire import optimizer_spec
+            self.same_numerics(msg.get("numerics"))
             self.set_optimizer(optimizer_spec.build(msg["spec"]))
         elif msg["op"] == "register":
             for pk, (wk, n, threshold) in msg["payloads"].items():
@@ -275,6 +276,18 @@ class ServerState:
             return self.drop("a replayed command (sequence %r, last %d)" % (msg.get("seq"), self.last_seq))
         self.last_seq = msg["seq"]
         self.command(msg)
+
+    def same_numerics(self, theirs):
+        """The workers' numerics mode must be this server's: a launcher that did not pass
+        CDSGD_NUMERICS to every node ends the job here, in one line, not in a mixed run."""
+        from cdsgd_mx import numerics
+        if theirs is None or theirs == numerics.active():
+            return
+        sys.stderr.write("cdsgd_mx server %d: the workers run %s numerics and this server %s: every node of a job "
+                         "must run the same mode; pass %s=%s to every node (tools/launch.py: --env %s:%s)\n"
+                         % (self.rank, theirs, numerics.active(), numerics.ENV, theirs, numerics.ENV, theirs))
+        sys.stderr.flush()
+        os._exit(EXIT_SERVER_ERROR)
 
     def drop(self, why):
         """Count a message that is not the job's; log the first 100, then every 1000th (a flood

@@ -19,6 +19,7 @@ STANDIN = """#!/bin/bash
 while [ $# -gt 0 ]; do case "$1" in -o|-p) shift 2;; -*) shift;; *) break;; esac; done
 echo "$1" >> "$SSH_STANDIN_LOG"
 shift
+echo "$*" >> "$SSH_STANDIN_LOG.commands"
 exec bash -c "$*"
 """
 
@@ -87,6 +88,18 @@ def test_a_job_over_ssh_runs_every_node_on_its_host_with_the_environment(cluster
     assert "worker 0 @nodeB |" in proc.stdout and "worker 1 @nodeA |" in proc.stdout
     time.sleep(0.5)
     assert job_pids(marker) == []
+
+
+def test_portable_numerics_reach_every_node_over_ssh(cluster):
+    """CDSGD_NUMERICS travels in the command each host runs (a remote shell starts without the
+    launcher's environment), and the servers, which check the workers' mode, accept the job."""
+    env, hostfile, log, marker = cluster
+    env = dict(env, CDSGD_NUMERICS="portable")
+    proc = launch(env, hostfile, TRAIN + "print('MODE', os.environ.get('OMP_NUM_THREADS'), flush=True)\n")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("MODE 1") == 2  # each worker pinned: one OpenMP thread
+    commands = [c for c in open(str(log) + ".commands").read().splitlines() if c.startswith("cd ")]  # the code spans lines
+    assert len(commands) == 3 and all("CDSGD_NUMERICS=portable" in c for c in commands), commands
 
 
 def test_a_failing_node_over_ssh_stops_the_whole_job(cluster):

@@ -24,7 +24,7 @@ def test_one_round_of_stock_and_ours_side_by_side(tmp_path):
     # the proofs' share of a round, from the servers' timing inside the jobs and the workers' calls
     assert "none ssgd" in proc.stdout.split("proof of every push")[1] and "next proofs, off the path" in proc.stdout
     data = json.loads(out.read_text())
-    made = data["provenance"]  # where and how (cdsgd_mx.provenance), once, by the leader
+    made = data["provenance"]  # where and how (cdsgd_mx.experiments.provenance), once, by the leader
     assert made["command"][:3] == ["python", "-m", "cdsgd_mx.bench.comm"] and "--json" in made["command"]
     assert "commit" in made and made["numerics"]["mode"] in ("native", "portable")
     run, = data["runs"]

@@ -1,4 +1,4 @@
-"""Every bench.* JSON output says where and how it was made (cdsgd_mx.provenance.record()):
+"""Every bench.* JSON output says where and how it was made (cdsgd_mx.experiments.provenance.record()):
 line-oriented output (--json of bench.codec, bench.overlap) starts with one {"provenance": ...}
 line; a JSON file of one object (bench.device --json F, bench.comm --json F) holds a top-level
 "provenance". The cheapest outputs run here; bench.comm and bench.overlap are checked in

@@ -260,8 +260,13 @@ def test_band_plot_has_a_band_per_algorithm(tmp_path, monkeypatch):
 
 def fake_train(ran, commands=None):
     """subprocess.run in place of scripts/train.py: writes a run's logs (test accuracy 0.5 +
-    seed / 100) and notes the run's folder in `ran` (and its command in `commands`)."""
+    seed / 100) and notes the run's folder in `ran` (and its command in `commands`). Other
+    commands (git, for the runs' provenance) run as they are."""
+    real = subprocess.run
+
     def train(cmd, **kwargs):
+        if not any(str(a).endswith("train.py") for a in cmd):
+            return real(cmd, **kwargs)
         out = next(a[4:] for a in cmd if a.startswith("out="))
         seed = int(next(a[5:] for a in cmd if a.startswith("seed=")))
         os.makedirs(out, exist_ok=True)
@@ -283,6 +288,7 @@ def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
     rp = _reproduce_module()
     ran = []
     monkeypatch.setattr(rp.subprocess, "run", fake_train(ran))
+    monkeypatch.setattr(rp, "NUMERICS", "native")  # no golden run beside (test_portable_sweep_... below)
     out = str(tmp_path / "sweep")
 
     def sweep(iterations=None):
@@ -308,6 +314,7 @@ def test_fig8_quick_without_imagenet_runs_on_synthetic_data_with_seeds(tmp_path,
     rp = _reproduce_module()
     commands = []
     monkeypatch.setattr(rp.subprocess, "run", fake_train([], commands))
+    monkeypatch.setattr(rp, "NUMERICS", "native")
     results, _, note = rp.run_curves(dict(rp.EXPERIMENTS["fig8"]), True, str(tmp_path / "fig8"), None,
                                      str(tmp_path), rp.CURVE_RUNS, (0, 1))
     assert len(commands) == 8 and all("dataset=synthetic" in c and "epochs=null" in c for c in commands)
@@ -327,6 +334,7 @@ def test_a_seed_that_diverges_is_recorded_and_the_sweep_goes_on(tmp_path, monkey
         return train(cmd, **kwargs)
     monkeypatch.setattr(rp.subprocess, "run", diverging)
     monkeypatch.setattr(rp, "FAILED", {})
+    monkeypatch.setattr(rp, "NUMERICS", "native")
     out = str(tmp_path / "sweep")
     exp = dict(rp.EXPERIMENTS["fig6"])
     results, _, _ = rp.run_curves(exp, True, out, None, None, rp.CURVE_RUNS, (0, 1, 2))
@@ -343,8 +351,11 @@ def test_a_seed_that_diverges_is_recorded_and_the_sweep_goes_on(tmp_path, monkey
                                                                 ("cdsgd", 1, 3)}
     (keep,) = [r for r in rp.judge_claims(exp, results) if r["claim"].startswith("CD-SGD keeps S-SGD's")]
     assert keep["differences"][0]["n"] == 2  # the seeds where both finished
-    assert rp.seeds_record("fig6", True, "MNIST", results, [])["failed"] == [
-        {"run": "cdsgd", "workers": 2, "seed": 1, "why": why}]
+    (failed,) = rp.seeds_record("fig6", True, "MNIST", results, [])["failed"]
+    how = failed.pop("provenance")  # how to run it again: the code and the exact command
+    assert failed == {"run": "cdsgd", "workers": 2, "seed": 1, "why": why}
+    assert how["code"] == rp.this_code() and how["command"][:2] == ["python", "scripts/train.py"]
+    assert "seed=1" in how["command"] and "algorithm=cdsgd" in how["command"]
     # resumed: the failure is read back, not run again
     del ran[:]
     monkeypatch.setattr(rp, "FAILED", {})

@@ -78,7 +78,8 @@ class DistBackend(Backend):
     def set_optimizer(self, optimizer):
         """As plain data in an authenticated command (never MXNet's pickle: servers run no code
         from the network)."""
-        self.command({"op": "optimizer", "spec": optimizer_spec.describe(optimizer)})
+        from cdsgd_mx import numerics  # the servers check that they run the same mode (numerics.py)
+        self.command({"op": "optimizer", "spec": optimizer_spec.describe(optimizer), "numerics": numerics.active()})
 
     def init(self, keys, values):
         """values: the data; each key stores it followed by a zero proof region."""

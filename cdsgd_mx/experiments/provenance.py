@@ -15,7 +15,7 @@ import time
 
 from cdsgd_mx import numerics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout cdsgd_mx runs from
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout cdsgd_mx runs from
 ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
              "amx_tile")
 
@@ -105,8 +105,8 @@ def threads():
 
 def libraries(with_mxnet=True):
     import numpy
-    import cdsgd_mx
-    out = {"python": platform.python_version(), "numpy": numpy.__version__, "cdsgd_mx": cdsgd_mx.__version__}
+    out = {"python": platform.python_version(), "numpy": numpy.__version__,
+           "cdsgd_mx": sys.modules["cdsgd_mx"].__version__}  # loaded: this module is inside it
     if with_mxnet and (numerics.mxnet_loaded() or _can_load_mxnet()):
         from cdsgd_mx.mxnet_import import import_mxnet
         mx = import_mxnet()
