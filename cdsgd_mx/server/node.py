@@ -284,8 +284,8 @@ class ServerState:
         if theirs is None or theirs == numerics.active():
             return
         sys.stderr.write("cdsgd_mx server %d: the workers run %s numerics and this server %s: every node of a job "
-                         "must run the same mode; pass %s=%s to every node (tools/launch.py: --env %s:%s)\n"
-                         % (self.rank, theirs, numerics.active(), numerics.ENV, theirs, numerics.ENV, theirs))
+                         "must run the same mode; pass %s=%s to every node (tools/launch.py over ssh: inside the command)\n"
+                         % (self.rank, theirs, numerics.active(), numerics.ENV, theirs))
         sys.stderr.flush()
         os._exit(EXIT_SERVER_ERROR)
 
