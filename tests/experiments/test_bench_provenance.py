@@ -44,3 +44,21 @@ def test_device_json_file_holds_a_provenance_key(tmp_path):
     check_provenance(data["provenance"], "cdsgd_mx.bench.device")
     assert data["values"] == 1000 and data["device_part_ms"] > 0  # the figures as before, beside it
     assert "provenance" not in proc.stdout  # the file only: the printed summary is unchanged
+
+
+@pytest.mark.slow
+def test_numerics_bench_times_native_and_portable_in_pairs():
+    """python -m cdsgd_mx.bench.numerics: each pair's seconds per epoch of both modes, their
+    ratio, and a summary that is the mean of the pairs' ratios."""
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.numerics", "--pairs", "1", "--iterations", "20",
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert list(rows[0]) == ["provenance"] and rows[0]["provenance"]["command"][:3] == \
+        ["python", "-m", "cdsgd_mx.bench.numerics"]
+    pair, summary = rows[1], rows[2]
+    assert pair["native_epoch_s"] > 0 and pair["portable_epoch_s"] > 0
+    assert pair["ratio"] == pair["portable_epoch_s"] / pair["native_epoch_s"] == summary["ratio_mean"]
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.numerics", "--pairs", "0"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "--pairs must be an integer >= 1, got 0" in proc.stderr
