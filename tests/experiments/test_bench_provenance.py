@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def check_provenance(p, module):
     assert p["commit"] is None or len(p["commit"]) == 40  # None only outside a git checkout
