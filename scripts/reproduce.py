@@ -840,7 +840,9 @@ def summarize_case(model, batch, bandwidth, rows, k, algorithms=ALGORITHMS):
     # interleaved: the same speedup cycle by cycle (each cycle ran every algorithm once)
     cycles = {a: r["cycle_iter_ms"] for a, r in runs.items() if "cycle_iter_ms" in r}
     per_cycle = {a: [b / t - 1 for b, t in zip(cycles["bitsgd"], ts)] for a, ts in cycles.items() if a != "bitsgd"}
+    made = next((r["provenance"] for r in rows if "provenance" in r), None)  # bench.overlap's first line
     return {"per_cycle_speedup_over_bitsgd": per_cycle, "timing": "interleaved" if cycles else "separate",
+            "provenance": made,
             "model": model, "batch": batch, "bandwidth": bandwidth, "params": next(iter(runs.values()))["params"],
             "tau_ms": tau, "phi_ms": comm["phi_ms"], "psi_plus_delta_ms": comm["psi_plus_delta_ms"],
             "measured_ms": measured, "predicted_ms": predicted,

@@ -108,6 +108,16 @@ def test_a_portable_sweep_pins_every_run_and_runs_the_golden_run_beside(tmp_path
     assert all("fp32_sum=rank" in c for c in commands[1:])  # 4 workers: sums in rank order, so runs repeat
 
 
+def test_each_fig10_case_keeps_the_provenance_of_its_bench_job():
+    rp = _reproduce_module()
+    made = provenance.record(with_mxnet=False)
+    rows = [{"provenance": made}] + [{"job": a, "compute_ms": 100.0, "iter_ms": 100.0 + i, "params": 10}
+                                     for i, a in enumerate(rp.ALGORITHMS)]
+    rows.append({"phi_ms": 80.0, "psi_plus_delta_ms": 20.0, "cdsgd_comm_ms": 32.0})
+    assert rp.summarize_case("alexnet", 32, "1gbit", rows, 5)["provenance"] == made
+    assert rp.summarize_case("alexnet", 32, "1gbit", rows[1:], 5)["provenance"] is None  # logs made before it
+
+
 # ---- verify ------------------------------------------------------------------------------------
 
 def test_first_difference_names_the_metric_and_both_values():
