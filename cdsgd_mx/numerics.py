@@ -36,6 +36,7 @@ PINS = {
     "MKL_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",
 }
+_APPLIED = None  # the mode this process put in force (use()), whatever os.environ says since
 RECORDED = tuple(PINS) + ("MXNET_CPU_WORKER_NTHREADS", "MXNET_ENGINE_TYPE", "KMP_AFFINITY", "OMP_PROC_BIND")
 
 
@@ -94,6 +95,7 @@ def use(mode, environ=None):
     """Put `mode` in force for this process and every process it starts (through the
     environment). Must run before MXNet loads; after that only the mode already in force is
     accepted."""
+    global _APPLIED
     environ = os.environ if environ is None else environ
     check_mode(mode)
     if mode == "portable":
@@ -109,13 +111,18 @@ def use(mode, environ=None):
         raise NumericsError("numerics: this process already runs pinned (portable) numerics with MXNet loaded; "
                             "native needs a new process without %s=portable" % ENV)
     environ[ENV] = mode
+    if environ is os.environ:
+        _APPLIED = mode
     if mode == "portable" and "cdsgd_mx.codec" in sys.modules:
         sys.modules["cdsgd_mx.codec"].set_num_threads(1)
 
 
 def active(environ=None):
-    """The mode in force in this process ('native' unless CDSGD_NUMERICS says otherwise)."""
-    environ = os.environ if environ is None else environ
+    """The mode in force in this process: what use() applied ('native' if nothing was), not
+    what os.environ says now (a CDSGD_NUMERICS set after `import cdsgd_mx` pinned nothing).
+    With environ: the mode that environment asks for (of a process to start)."""
+    if environ is None:
+        return _APPLIED or "native"
     return environ.get(ENV) or "native"
 
 
@@ -135,5 +142,6 @@ def from_environment():
 
 def settings(environ=None):
     """What a result records of its numerics: the mode and the settings that move numbers."""
+    mode = active(environ)
     environ = os.environ if environ is None else environ
-    return {"mode": active(environ), "env": {k: environ.get(k) for k in RECORDED}}
+    return {"mode": mode, "env": {k: environ.get(k) for k in RECORDED}}

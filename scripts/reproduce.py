@@ -153,6 +153,7 @@ ALLOW_MIXED = False  # --allow-mixed: reuse finished runs made by another code v
 DONE = "reproduce.json"  # written into a run's folder once it finished: what it ran
 CODE = None  # this checkout's code version (cdsgd_mx.experiments.provenance.code_version), once known
 CODE_OF = {}  # run folder -> the code version that made it (cdsgd_mx.experiments.provenance.code_id)
+MODE_OF = {}  # run folder -> the numerics mode it recorded (None: recorded before provenance)
 
 
 def this_code():
@@ -169,6 +170,7 @@ def check_same_code(label, out, before):
     from cdsgd_mx.experiments import provenance
     theirs, ours = provenance.code_id(before.get("code")), provenance.code_id(this_code())
     CODE_OF[out] = theirs
+    code_that_ran(out)  # its numerics mode
     if theirs != ours and not ALLOW_MIXED and not REPLOT:
         sys.exit("reproduce: %s in %s was made by code %s, and this checkout is %s: a sweep must not mix code "
                  "versions; run it again with --rerun (or in a checkout of %s), or accept the mix with --allow-mixed"
@@ -215,8 +217,7 @@ def run_train(exp, name, overrides, workers, out, what="", keep_going=False):
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config", os.path.join(ROOT, exp["config"])] \
         + overrides + ["workers=%d" % workers, "out=" + out]
     from cdsgd_mx.experiments import provenance
-    done.update(code=this_code(), command=provenance.command(cmd))
-    CODE_OF[out] = provenance.code_id(this_code())
+    done.update(command=provenance.command(cmd))
     say("%s ..." % label)
     if os.path.exists(os.path.join(out, DONE)):
         os.remove(os.path.join(out, DONE))  # a run stopped midway must not pass for the finished one
@@ -224,10 +225,14 @@ def run_train(exp, name, overrides, workers, out, what="", keep_going=False):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "job.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
+    code = code_that_ran(out)
+    done["code"] = code
+    CODE_OF[out] = provenance.code_id(code)
     if proc.returncode != 0 and keep_going:
         why = failure_reason(proc.stdout + proc.stderr, proc.returncode)
         with open(marker, "w") as f:
             json.dump(dict(done, failed=why), f)
+        stop_if_code_changed(label, out, code)
         say("%s failed (%s; see %s): recorded as failed, the sweep goes on"
             % (label, why, os.path.join(out, "job.log")))
         raise RunFailed(why)
@@ -236,7 +241,31 @@ def run_train(exp, name, overrides, workers, out, what="", keep_going=False):
                  % (label, os.path.join(out, "job.log"), (proc.stdout + proc.stderr)[-1500:]))
     with open(marker, "w") as f:
         json.dump(done, f)
+    stop_if_code_changed(label, out, code)
     return read_metrics(out)
+
+
+def code_that_ran(out):
+    """The code version the run itself loaded (its config.json's provenance, written by
+    scripts/train.py as it started), else this checkout's. Notes its numerics mode too."""
+    try:
+        made = json.load(open(os.path.join(out, "config.json"))).get("provenance") or {}
+    except (OSError, ValueError):
+        made = {}
+    MODE_OF[out] = (made.get("numerics") or {}).get("mode")
+    if "commit" not in made:
+        return this_code()
+    return {k: made[k] for k in ("commit", "dirty", "changes", "code_changed", "changes_sha256") if k in made}
+
+
+def stop_if_code_changed(label, out, code):
+    """A commit or an edit while the sweep runs changes the code its next runs load: stop
+    (the run is kept, marked with its code) unless --allow-mixed."""
+    from cdsgd_mx.experiments import provenance
+    theirs, ours = provenance.code_id(code), provenance.code_id(this_code())
+    if theirs != ours and not ALLOW_MIXED:
+        sys.exit("reproduce: the code changed while the sweep ran: %s in %s was made by %s, and the sweep began at "
+                 "%s; go on with --rerun (or --allow-mixed to keep both)" % (label, out, theirs, ours))
 
 
 def read_marker(out):
@@ -301,13 +330,20 @@ NUMERICS = "portable"  # --numerics: every training run's numerics mode (cdsgd_m
 GOLDEN = None  # the golden run's numbers, run beside a portable sweep (cdsgd_mx.experiments.golden)
 
 
-def run_golden(out_dir):
+def run_golden(out_dir, data_dir=None):
     """The golden run (tests/experiments/test_golden.py pins its numbers), with the sweep's code
-    and numerics: a sweep whose golden numbers differ from the test's was made by other numerics."""
+    and numerics, its numbers also in OUT/golden.json: a sweep whose golden numbers differ from
+    the test's was made by other numerics. --replot of a folder recorded without one: None."""
     from cdsgd_mx.experiments import golden
     out = os.path.join(out_dir, "logs", "golden")
-    run_train({"config": golden.CONFIG}, "golden", list(golden.OVERRIDES), golden.WORKERS, out, " (numerics check)")
-    return golden.fingerprint(out)
+    if REPLOT and not os.path.exists(os.path.join(out, "metrics-rank0.jsonl")):
+        return None
+    overrides = list(golden.OVERRIDES) + (["data_dir=" + data_dir] if data_dir else [])
+    run_train({"config": golden.CONFIG}, "golden", overrides, golden.WORKERS, out, " (numerics check)")
+    numbers = golden.fingerprint(out)
+    with open(os.path.join(out_dir, "golden.json"), "w") as f:
+        json.dump(numbers, f, indent=1)
+    return numbers
 
 
 def run_curves(exp, quick, out_dir, iterations, data_dir, runs, seeds=(None,)):
@@ -315,11 +351,14 @@ def run_curves(exp, quick, out_dir, iterations, data_dir, runs, seeds=(None,)):
     behind). seeds: (None,) runs the config's seed into the folders without a seed suffix.
     Returns ({(name, workers): [Run per seed]}, the data used, the fallback note)."""
     global GOLDEN
+    if not REPLOT:
+        this_code()  # the sweep's code version, as it begins
     extra, note = data_overrides(exp, quick, data_dir)
     extra += exp["quick"] if quick else []
     extra += ["numerics=" + NUMERICS]
     if NUMERICS == "portable":
-        GOLDEN = run_golden(out_dir)
+        # MNIST's data_dir only: the golden run is fig6's (MNIST also comes with the install)
+        GOLDEN = run_golden(out_dir, data_dir if exp["config"] == "configs/fig6_lenet_mnist.yaml" else None)
     if iterations:
         extra += ["epochs=null", "iterations=%d" % iterations]
     if not REPLOT:  # with every override: fig8's synthetic fallback is valid only with the quick ones
@@ -709,10 +748,17 @@ def code_versions():
     return counts
 
 
+def numerics_used():
+    """The numerics mode the runs recorded: one mode, 'mixed: ...', or NUMERICS where no run
+    recorded one (logs from before provenance)."""
+    modes = sorted({m for m in MODE_OF.values() if m})
+    return modes[0] if len(modes) == 1 else "mixed: " + ", ".join(modes) if modes else NUMERICS
+
+
 def provenance_lines():
     """Which code and numerics made the runs, for the table's end."""
     versions = code_versions()
-    lines = ["", "Numerics: %s (cdsgd_mx.numerics)%s." % (NUMERICS, "; golden run (the test's pinned numbers, "
+    lines = ["", "Numerics: %s (cdsgd_mx.numerics)%s." % (numerics_used(), "; golden run (the test's pinned numbers, "
                                                            "tests/experiments/test_golden.py): loss %r, test accuracy "
                                                            "%r" % (GOLDEN["loss"], GOLDEN["test_accuracy"])
                                                            if GOLDEN else "")]
@@ -732,7 +778,9 @@ def seeds_record(name, quick, data, results, claims):
     failed = [failed_record(n, w, s, why) for (n, w, s), why in sorted(FAILED.items())]
     rates = [dict(run=n, workers=w, **r) for (n, w), r in sorted(failure_rates(results).items())]
     versions = code_versions()
-    return {"experiment": name, "quick": quick, "data": data, "numerics": NUMERICS, "golden": GOLDEN,
+    from cdsgd_mx.experiments import provenance
+    return {"experiment": name, "quick": quick, "data": data, "numerics": numerics_used(), "golden": GOLDEN,
+            "reproduce": provenance.record(with_mxnet=False),  # this command, here and now
             "code_versions": versions, "mixed": len(versions) > 1, "runs": runs, "claims": claims,
             "failed": failed, "failure_rates": rates}
 
@@ -963,7 +1011,11 @@ def recorded_runs(results_dir):
     path = os.path.join(results_dir, "seeds.json")
     if not os.path.exists(path):
         sys.exit("reproduce verify: no seeds.json in %s (a folder written by reproduce.py --seeds N)" % results_dir)
-    sweep = json.load(open(path))
+    try:
+        sweep = json.load(open(path))
+        sweep["runs"].items()
+    except (ValueError, KeyError, AttributeError, TypeError) as e:
+        sys.exit("reproduce verify: %s is not a sweep's seeds.json (%s: %s)" % (path, type(e).__name__, e))
     runs = [("%s seed %s" % (key, seed), key, int(seed), rec)
             for key, seeds in sweep["runs"].items() for seed, rec in seeds.items()]
     runs += [("%s-%dworkers seed %d" % (f["run"], f["workers"], f["seed"]), "%s-%dworkers" % (f["run"], f["workers"]),
@@ -1055,6 +1107,8 @@ def verify(argv):
         ap.error("--sample must be an integer >= 1, got %d" % args.sample)
     runs = recorded_runs(args.results_dir)
     chosen = select_runs(runs, args.runs, args.sample, random.Random(args.sample_seed))
+    if not chosen:
+        sys.exit("reproduce verify: %s holds no recorded run: nothing to check" % args.results_dir)
     scratch = args.scratch or tempfile.mkdtemp(prefix="cdsgd-verify-")
     say("verify: rerunning %d of %d recorded runs into %s: %s" % (len(chosen), len(runs), scratch,
                                                                   ", ".join(r[0] for r in chosen)))
@@ -1083,7 +1137,7 @@ def verify(argv):
         now_prov = now.get("provenance")
         if now_prov is None:
             from cdsgd_mx.experiments import provenance
-            now_prov = provenance.record(with_mxnet=False)
+            now_prov = provenance.record()
         why = explain(prov, now_prov)
         print("%s: differs, %s; %s" % (label, diff, "explained by: " + "; ".join(why) if why else
                                        "not explained: same code, numerics, CPU instruction set and versions"),

@@ -305,7 +305,7 @@ def current_command(argv=None):
     """The command that ran this script (argv: main's, when called from Python)."""
     if argv is not None:
         return [sys.executable, os.path.abspath(__file__)] + list(argv)
-    return list(getattr(sys, "orig_argv", None) or [sys.executable] + sys.argv)
+    return provenance.current_argv()
 
 
 def pin_numerics(mode, argv=None):
@@ -313,7 +313,7 @@ def pin_numerics(mode, argv=None):
     and this script has loaded it (cdsgd_mx registers its store on import): run this script
     again with CDSGD_NUMERICS in its environment, where `import cdsgd_mx` pins first; the
     processes it launches inherit it."""
-    if mode == numerics.active():
+    if mode is None or mode == numerics.active():  # null: as CDSGD_NUMERICS says
         return
     if numerics.active() == "portable":
         raise numerics.NumericsError("numerics: the config says %s, and this job's environment has %s=portable: "

@@ -109,22 +109,23 @@ def train(out, extra_env=None, prefix=(), numerics_mode="portable", iterations=6
 
 @pytest.mark.slow
 def test_portable_gives_the_same_weights_on_one_or_two_cores_and_any_thread_or_isa_setting(tmp_path):
-    """The run on 1 core (taskset) and on 2 with the environment asking for 2 OpenMP threads
-    and AVX-512: the same weights, bit for bit. The check can see a difference: native numerics
-    with 1 and with 2 OpenMP threads give other weights, and (on an AVX-512 CPU) so does the
-    uncapped instruction set."""
+    """The run on 1 core (taskset) and on 2 with the environment asking for 2 OpenMP threads,
+    AVX-512 and 3 engine threads: the same weights, bit for bit. The check can see a
+    difference: native numerics with 1 and with 2 OpenMP threads give other weights, and so
+    does another instruction set with the same thread (oneDNN capped at SSE4.1, which every
+    x86-64 CPU has; the AVX-512 one is checked by test_portable_caps_onednn_at_avx2...)."""
     one_core, prov = train(tmp_path / "a", prefix=["taskset", "-c", "0"])
     assert prov["numerics"]["mode"] == "portable" and prov["numerics"]["env"]["OMP_NUM_THREADS"] == "1"
     assert prov["cpu"]["cores_usable"] == 1
     asked_more, prov = train(tmp_path / "b", {"OMP_NUM_THREADS": "2", "DNNL_MAX_CPU_ISA": "AVX512_CORE",
-                                              "MKL_NUM_THREADS": "2"})
+                                              "MKL_NUM_THREADS": "2", "MXNET_CPU_WORKER_NTHREADS": "3"})
+    assert prov["numerics"]["env"]["MXNET_CPU_WORKER_NTHREADS"] == "3"  # engine threads: not pinned, no effect
     assert prov["numerics"]["env"]["DNNL_MAX_CPU_ISA"] == "AVX2" and prov["cpu"]["cores_usable"] == os.cpu_count()
     assert asked_more == one_core
-    native_1, _ = train(tmp_path / "c", {"OMP_NUM_THREADS": "1"}, numerics_mode="native")
-    native_2, _ = train(tmp_path / "d", {"OMP_NUM_THREADS": "2"}, numerics_mode="native")
+    native_1, _ = train(tmp_path / "c", {"OMP_NUM_THREADS": "1", "DNNL_MAX_CPU_ISA": "SSE41"}, numerics_mode="native")
+    native_2, _ = train(tmp_path / "d", {"OMP_NUM_THREADS": "2", "DNNL_MAX_CPU_ISA": "SSE41"}, numerics_mode="native")
     assert native_1 != native_2  # the thread count moves the numbers where nothing pins it
-    if HAS_AVX512:
-        assert native_1 != one_core  # the same 1 thread, AVX-512 kernels: other numbers
+    assert native_1 != one_core  # the same 1 thread, another instruction set (SSE4.1 here, any CPU): other numbers
 
 
 def test_trainer_switch_requires_the_mode_in_force():
@@ -141,6 +142,19 @@ def test_trainer_switch_requires_the_mode_in_force():
     cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="local", numerics="native")
 
 
+def test_the_mode_in_force_is_what_was_applied_not_what_the_environment_says_later(monkeypatch):
+    """CDSGD_NUMERICS set after `import cdsgd_mx` pins nothing: the Trainer switch, the servers'
+    check and the provenance record must not take it for portable."""
+    import mxnet as mx
+    import cdsgd_mx
+    monkeypatch.setenv("CDSGD_NUMERICS", "portable")
+    assert numerics.active() == "native" and numerics.settings()["mode"] == "native"
+    net = mx.gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    with pytest.raises(cdsgd_mx.ConfigError, match="this process runs native numerics"):
+        cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="local", numerics="portable")
+
+
 def test_train_config_with_portable_on_a_cpu_without_avx2_stops_in_one_line(monkeypatch, capsys):
     import importlib.util
     spec = importlib.util.spec_from_file_location("train_script", TRAIN)
@@ -152,7 +166,7 @@ def test_train_config_with_portable_on_a_cpu_without_avx2_stops_in_one_line(monk
     assert err.strip() == ("config error: numerics: portable pins AVX2 kernels, and this CPU lacks avx2 and fma "
                            "(use numerics: native, whose numbers then hold on this CPU type only)")
     assert train_script.main(["--config", CONFIG, "numerics=fast"]) == 2
-    assert "numerics must be one of native, portable, got 'fast'" in capsys.readouterr().err
+    assert "numerics must be one of native, portable or null, got 'fast'" in capsys.readouterr().err
 
 
 WORKER = """

@@ -33,7 +33,8 @@ def epoch_seconds(out):
 
 
 def run(mode, args, out):
-    env = {k: v for k, v in os.environ.items() if k != "CDSGD_NUMERICS"}
+    from cdsgd_mx import numerics  # native must not inherit a portable caller's pins
+    env = {k: v for k, v in os.environ.items() if k != numerics.ENV and k not in numerics.PINS}
     cmd = [sys.executable, TRAIN, "--config", CONFIG, "algorithm=" + args.algorithm, "workers=%d" % args.workers,
            "seed=%d" % args.seed, "checkpoint=false", "numerics=" + mode, "out=" + out]
     cmd += ["epochs=null", "iterations=%d" % args.iterations] if args.iterations else ["epochs=%d" % args.epochs]

@@ -59,7 +59,8 @@ class Config:
     stall_timeout: float = 600       # stop the job when a node is silent or a round waits this long (s; 0: off)
     start_timeout: float = 1800      # the same while the nodes start
     max_restarts: int = 0            # restart the whole job from its last checkpoint after a failure, this often
-    numerics: str = "native"         # 'portable': the same weights on any x86-64 CPU with AVX2 (cdsgd_mx.numerics)
+    numerics: Optional[str] = None   # 'portable': the same weights on any x86-64 CPU with AVX2; null: as
+                                     # CDSGD_NUMERICS says, else native (cdsgd_mx.numerics)
 
 
 FIELDS = tuple(f.name for f in fields(Config))
@@ -101,7 +102,8 @@ def _check(cfg):
     choice("dataset", DATASETS)
     choice("algorithm", ALGORITHMS)
     choice("nonfinite", NONFINITE)
-    choice("numerics", NUMERICS)
+    need(cfg.numerics is None or cfg.numerics in NUMERICS,
+         "numerics must be one of %s or null, got %r" % (", ".join(NUMERICS), cfg.numerics))
     integer("workers", 1)
     integer("servers", 1)
     integer("batch_size", 1)

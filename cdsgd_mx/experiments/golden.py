@@ -22,6 +22,8 @@ def fingerprint(out):
     for r in ranks:
         with open(os.path.join(out, "metrics-rank%d.jsonl" % r)) as f:
             epochs = [json.loads(line) for line in f if '"iteration"' not in line]
+        if not epochs or "weights_sha256" not in epochs[-1]:
+            raise ValueError("the golden run in %s has no finished epoch with a weights digest (rank %d)" % (out, r))
         last.append(epochs[-1])
     return {"loss": last[0]["loss"], "test_accuracy": last[0]["test_accuracy"],
             "weights_sha256": [e["weights_sha256"] for e in last]}

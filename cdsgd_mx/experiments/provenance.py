@@ -28,37 +28,39 @@ def _git(*args):
     return out.stdout if out.returncode == 0 else None
 
 
+CODE_SUFFIXES = (".py", ".pyx", ".c", ".cc", ".cpp", ".h", ".cu", ".yaml", ".yml", ".toml", ".cfg", ".sh")
+
+
 def code_version():
-    """{'commit', 'dirty', 'changes'}: the checkout's commit and its uncommitted changes (paths,
-    untracked ones too: a new module counts). commit None where cdsgd_mx is not run from a git
-    checkout (a plain pip install): then only the package version says what ran."""
+    """The checkout's commit and its uncommitted changes: 'dirty' (any change), 'changes' (their
+    paths), and 'code_changed' with 'changes_sha256' for those that can change what runs
+    (source, configs, build files: CODE_SUFFIXES; not results or docs written beside, so a
+    sweep writing into the checkout does not change its own code version). commit None where
+    cdsgd_mx does not run from a git checkout (a plain pip install): then only the package
+    version says what ran."""
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": None, "dirty": None, "changes": []}
-    status = _git("status", "--porcelain") or ""
+    status = _git("status", "--porcelain", "--untracked-files=all") or ""
     changes = [line[3:] for line in status.splitlines() if line.strip()]
-    out = {"commit": commit.strip(), "dirty": bool(changes), "changes": changes[:50]}
-    if changes:  # which changes: two runs with edits in the same files may still differ
-        out["changes_sha256"] = _changes_digest(status)
+    code = sorted(p for p in changes if p.endswith(CODE_SUFFIXES))
+    out = {"commit": commit.strip(), "dirty": bool(changes), "changes": changes[:50], "code_changed": bool(code)}
+    if code:  # which changes: two runs with edits in the same files may still differ
+        out["changes_sha256"] = _changes_digest(code)
     return out
 
 
-def _changes_digest(status):
-    """SHA-256 of the uncommitted changes: the diff against HEAD and every untracked file."""
+def _changes_digest(paths):
+    """SHA-256 of these paths (relative to the root) as they are now: each one's name and bytes."""
     import hashlib
-    h = hashlib.sha256((_git("diff", "HEAD", "--binary") or "").encode())
-    for line in status.splitlines():
-        if line.startswith("??"):
-            path = os.path.join(ROOT, line[3:])
-            for folder, _, files in os.walk(path) if os.path.isdir(path) else [("", [], [path])]:
-                for name in sorted(files):
-                    f = os.path.join(folder, name)
-                    h.update(f.encode())
-                    try:
-                        with open(f, "rb") as fh:
-                            h.update(fh.read())
-                    except OSError:
-                        pass
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.encode() + b"\0")
+        try:
+            with open(os.path.join(ROOT, path), "rb") as f:
+                h.update(f.read())
+        except OSError:
+            h.update(b"(deleted)")
     return h.hexdigest()
 
 
@@ -66,7 +68,8 @@ def code_id(version):
     """One string per code version: 'COMMIT' or 'COMMIT+changes:DIGEST12'; None: no git."""
     if not version or not version.get("commit"):
         return None
-    return version["commit"] + ("+changes:" + version.get("changes_sha256", "?")[:12] if version.get("dirty") else "")
+    changed = version.get("code_changed", version.get("dirty"))  # (records before code_changed: dirty)
+    return version["commit"] + ("+changes:" + version.get("changes_sha256", "?")[:12] if changed else "")
 
 
 def command(argv):
@@ -87,6 +90,18 @@ def _relative(path):
     if os.path.isabs(path) and (path + os.sep).startswith(ROOT + os.sep):
         return os.path.relpath(path, ROOT)
     return path
+
+
+def current_argv():
+    """This process's command as typed: `python -m cdsgd_mx.bench.comm ...` keeps its -m
+    (sys.orig_argv from Python 3.10; before, rebuilt from __main__'s module name)."""
+    if getattr(sys, "orig_argv", None):
+        return list(sys.orig_argv)
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        name = spec.name[:-len(".__main__")] if spec.name.endswith(".__main__") else spec.name
+        return [sys.executable, "-m", name] + sys.argv[1:]
+    return [sys.executable] + sys.argv
 
 
 def cpu():
@@ -125,8 +140,7 @@ def _can_load_mxnet():
 
 def record(argv=None, with_mxnet=True):
     """Everything above, for the command argv (default: this process's)."""
-    if argv is None:  # as typed: `python -m cdsgd_mx.bench.comm ...` keeps its -m
-        argv = list(getattr(sys, "orig_argv", None) or [sys.executable] + sys.argv)
+    argv = current_argv() if argv is None else argv
     cmd = command(argv)
     return dict(code_version(), command=cmd, command_line=shlex.join(cmd), numerics=numerics.settings(),
                 cpu=cpu(), threads=threads(), libraries=libraries(with_mxnet), host=socket.gethostname(),

@@ -9,6 +9,7 @@ import zlib
 
 import numpy as np
 
+from cdsgd_mx import numerics
 from cdsgd_mx.wire import auth, protocol
 from cdsgd_mx.worker.config import FP32_SUMS, NONFINITE_POLICIES, PULL_COMPRESSIONS, ConfigError
 from cdsgd_mx.worker.schedule import ALGORITHMS
@@ -40,21 +41,21 @@ def check_servers(backend):
 def check_agreement(backend, settings, sets, param_names):
     """Before any training: every worker must run the same algorithm, k, warm-up,
     threshold, bucket size and parameters, and sum fp32 pushes alike (fp32_sum: a worker pushing
-    to rows keys the others never push to would wait for ever); a mismatch would silently train
-    something else.
+    to rows keys the others never push to would wait for ever), and run the same numerics mode
+    (the servers check rank 0's, numerics.py); a mismatch would silently train something else.
     Not the number of devices: a worker pushes one summed gradient whatever its devices."""
     shapes = json.dumps([[k, list(bset.shapes[k])] for bset in sets for k in bset.keys])
     names = json.dumps(list(param_names or []))
     layout = json.dumps([bset.layout() for bset in sets])
     fields = ["algorithm", "k", "warmup_steps", "threshold", "nonfinite", "bucket_size",
               "number of parameters", "update_on_kvstore", "parameter shapes", "parameter names", "bucket layout",
-              "pull_compression", "resync_every", "fp32_sum"]
+              "pull_compression", "resync_every", "fp32_sum", "numerics"]
     mine = [ALGORITHMS.index(settings["algorithm"]), settings["k"], settings["warmup_steps"],
             np.float32(settings["threshold"]), NONFINITE_POLICIES.index(settings["nonfinite"]),
             settings["bucket_size"], sum(len(bset.keys) for bset in sets), not settings["aggregate"]] + \
            [zlib.crc32(x.encode()) & 0xFFFF for x in (shapes, names, layout)] + \
            [PULL_COMPRESSIONS.index(settings["pull_compression"]), settings["resync_every"],
-            FP32_SUMS.index(settings["fp32_sum"])]
+            FP32_SUMS.index(settings["fp32_sum"]), numerics.MODES.index(numerics.active())]
     rows = backend.gather_rows(protocol.CONFIG_KEY, np.array(mine, np.float32))
     problems = []
     for i, field in enumerate(fields):
@@ -62,6 +63,7 @@ def check_agreement(backend, settings, sets, param_names):
         if np.any(values != values[0]):
             shown = [ALGORITHMS[int(v)] if i == 0 else NONFINITE_POLICIES[int(v)] if i == 4
                      else PULL_COMPRESSIONS[int(v)] if i == 11 else FP32_SUMS[int(v)] if i == 13
+                     else numerics.MODES[int(v)] if i == 14
                      else float(v) if i == 3 else int(v) for v in values]
             if 8 <= i <= 10:  # checksums
                 problems.append("%s differ" % field)

@@ -29,7 +29,8 @@ def test_a_record_says_commit_command_numerics_cpu_and_versions():
         assert rec["commit"] == git.stdout.strip()
         dirty = bool(subprocess.run(["git", "-C", ROOT, "status", "--porcelain"], capture_output=True,
                                     text=True).stdout.strip())
-        assert rec["dirty"] == dirty and ("changes_sha256" in rec) == dirty
+        assert rec["dirty"] == dirty and ("changes_sha256" in rec) == rec["code_changed"]
+        assert rec["code_changed"] == any(p.endswith(provenance.CODE_SUFFIXES) for p in rec["changes"])
     assert rec["numerics"]["mode"] in ("native", "portable") and "DNNL_MAX_CPU_ISA" in rec["numerics"]["env"]
     assert rec["cpu"]["cores"] == os.cpu_count() and "sse4_2" in rec["cpu"]["isa_flags"]
     libs = rec["libraries"]
@@ -42,6 +43,8 @@ def test_code_ids_tell_commits_and_changes_apart():
     assert provenance.code_id({"commit": "a" * 40, "dirty": True, "changes_sha256": "b" * 64}) == \
         "a" * 40 + "+changes:" + "b" * 12
     assert provenance.code_id({"commit": None}) is None and provenance.code_id(None) is None
+    # results or docs written beside the code change nothing that runs
+    assert provenance.code_id({"commit": "a" * 40, "dirty": True, "code_changed": False}) == "a" * 40
 
 
 def sweep(rp, out, seeds=(0, 1)):
@@ -87,6 +90,33 @@ def test_a_sweep_never_mixes_code_versions_silently(tmp_path, monkeypatch):
     assert len(ran) == 8 and rp.code_versions() == {"2" * 40 + "+changes:" + "3" * 12: 8}
 
 
+def test_a_sweep_stops_when_the_code_changes_while_it_runs(tmp_path, monkeypatch):
+    """Each run's code is what it loaded (its config.json's provenance): an edit or a commit
+    landing mid-sweep stops it at the first run made by other code, that run kept and marked."""
+    rp = _reproduce_module()
+    ran = []
+    train = fake_train(ran)
+
+    def edited_after_two_runs(cmd, **kwargs):
+        proc = train(cmd, **kwargs)
+        out = next((a[4:] for a in cmd if str(a).startswith("out=")), None)
+        if out and len(ran) >= 3:
+            with open(os.path.join(out, "config.json"), "w") as f:
+                json.dump({"data": "MNIST", "provenance": {"commit": "1" * 40, "dirty": True, "code_changed": True,
+                                                           "changes_sha256": "4" * 64}}, f)
+        return proc
+    monkeypatch.setattr(rp.subprocess, "run", edited_after_two_runs)
+    monkeypatch.setattr(rp, "NUMERICS", "native")
+    monkeypatch.setattr(rp, "CODE", {"commit": "1" * 40, "dirty": False, "code_changed": False})
+    out = str(tmp_path / "sweep")
+    with pytest.raises(SystemExit, match="the code changed while the sweep ran: OD-SGD, 2 workers, seed 0 .* was made "
+                                         "by 1{40}\\+changes:4{12}, and the sweep began at 1{40}"):
+        sweep(rp, out)
+    assert len(ran) == 3
+    marker = json.load(open(os.path.join(out, "logs", "odsgd-2workers-seed0", rp.DONE)))
+    assert marker["code"]["changes_sha256"] == "4" * 64  # a resume names it too
+
+
 def test_a_portable_sweep_pins_every_run_and_runs_the_golden_run_beside(tmp_path, monkeypatch):
     rp = _reproduce_module()
     ran, commands = [], []
@@ -106,6 +136,23 @@ def test_a_portable_sweep_pins_every_run_and_runs_the_golden_run_beside(tmp_path
     assert rp.GOLDEN == {"loss": 0.7, "test_accuracy": 0.94, "weights_sha256": ["d0"]}
     assert all("numerics=portable" in c for c in commands)
     assert all("fp32_sum=rank" in c for c in commands[1:])  # 4 workers: sums in rank order, so runs repeat
+    assert json.load(open(str(tmp_path / "s" / "golden.json"))) == rp.GOLDEN
+
+
+def test_replot_of_a_folder_recorded_before_the_golden_run_works_and_says_what_the_runs_used(tmp_path, monkeypatch):
+    rp = _reproduce_module()
+    monkeypatch.setattr(rp.subprocess, "run", fake_train([]))
+    monkeypatch.setattr(rp, "NUMERICS", "native")
+    out = str(tmp_path / "old")
+    sweep(rp, out, seeds=(0,))
+    monkeypatch.setattr(rp, "NUMERICS", "portable")  # the default now
+    monkeypatch.setattr(rp, "REPLOT", True)
+    results = sweep(rp, out, seeds=(0,))
+    assert rp.GOLDEN is None and len(results) == 4
+    # the fake runs recorded no numerics: the table says the option's; with records, theirs
+    assert rp.numerics_used() == "portable"
+    rp.MODE_OF.update({"a": "native", "b": "native"})
+    assert rp.numerics_used() == "native"
 
 
 def test_each_fig10_case_keeps_the_provenance_of_its_bench_job():
@@ -164,6 +211,12 @@ def test_verify_needs_runs_or_a_sample_and_names_unknown_runs(tmp_path):
     proc = subprocess.run([sys.executable, SCRIPT, "verify", str(tmp_path / "none"), "--sample", "1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "no seeds.json in" in proc.stderr
+    for content, message in (({"runs": {}, "failed": []}, "holds no recorded run: nothing to check"),
+                             ({"experiment": "fig6"}, "is not a sweep's seeds.json (KeyError")):
+        (tmp_path / "seeds.json").write_text(json.dumps(content))
+        proc = subprocess.run([sys.executable, SCRIPT, "verify", str(tmp_path), "--sample", "2"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow

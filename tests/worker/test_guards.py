@@ -100,6 +100,13 @@ def test_check_agreement_names_each_field_and_rank_that_differs():
     assert str(e.value) == ("workers disagree on the configuration: fp32_sum is 'arrival' on rank 0, 'arrival' on "
                             "rank 1, 'rank' on rank 2")
 
+    def pinned(row):
+        row[14] = 1  # numerics 'portable' on rank 1 (the servers check rank 0's: numerics.py)
+        return row
+    with pytest.raises(ConfigError) as e:
+        guards.check_agreement(FakeBackend(rows=[pinned]), SETTINGS, sets, ["w", "b"])
+    assert str(e.value) == "workers disagree on the configuration: numerics is 'native' on rank 0, 'portable' on rank 1"
+
 
 def test_nonfinite_error_names_the_parameter_and_the_step():
     policy = guards.NonfinitePolicy("error", FakeBackend(), lambda keys: ",".join("p%d" % k for k in keys))
