@@ -179,6 +179,14 @@ def written_by(ckpt, run):
         return True
 
 
+def earlier_provenance(out):
+    """The provenance that config.json held before this resumed run rewrites it (None if none)."""
+    try:
+        return json.load(open(os.path.join(out, "config.json"))).get("provenance")
+    except (OSError, ValueError):
+        return None
+
+
 def weights_digest(net):
     """SHA-256 of every parameter's float bytes, in name order."""
     import hashlib
@@ -239,8 +247,12 @@ def worker(cfg, resume):
             sys.exit(2)
     if rank == 0:  # with how it was made: the user's command, this worker's numerics, CPU, versions
         command = json.loads(os.environ[COMMAND_ENV]) if os.environ.get(COMMAND_ENV) else None
+        made = provenance.record(command)
+        if start_epoch > 0:  # resumed: the epochs before were made as the earlier record says
+            made["resumed_at_epoch"] = start_epoch
+            made["before"] = earlier_provenance(cfg.out)
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
-            json.dump(dict(C.as_dict(cfg), k_used=k, data=source, provenance=provenance.record(command)), f, indent=1)
+            json.dump(dict(C.as_dict(cfg), k_used=k, data=source, provenance=made), f, indent=1)
     it = start_epoch * per_epoch
     log = open_metrics(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), resume or restarted, it, start_epoch)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()

@@ -283,3 +283,15 @@ def test_progress_on_a_terminal_draws_a_bar():
         p.update(1, loss="0.5")
     p.close()
     assert "\r" in out.getvalue() and "5/5" in out.getvalue()
+
+
+def test_a_run_resumed_across_code_versions_counts_as_other_code(tmp_path, monkeypatch):
+    rp = _reproduce_module()
+    monkeypatch.setattr(rp, "CODE", {"commit": "1" * 40, "dirty": False})
+    out = tmp_path / "run"
+    out.mkdir()
+    same = {"commit": "1" * 40, "dirty": False, "numerics": {"mode": "portable"}}
+    (out / "config.json").write_text(json.dumps({"provenance": dict(same, before=dict(same))}))
+    assert provenance.code_id(rp.code_that_ran(str(out))) == "1" * 40 and rp.MODE_OF[str(out)] == "portable"
+    (out / "config.json").write_text(json.dumps({"provenance": dict(same, before={"commit": "2" * 40, "dirty": False})}))
+    assert provenance.code_id(rp.code_that_ran(str(out))) != "1" * 40  # its epochs came from two commits

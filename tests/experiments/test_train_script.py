@@ -80,6 +80,9 @@ def test_resume_continues_exactly(tmp_path):
     assert run(*common, "iterations=64", "out=" + part).returncode == 0  # stops after epoch 1
     proc = run(*common, "iterations=130", "out=" + part, "--resume")
     assert proc.returncode == 0, proc.stdout[-3000:]
+    made = json.load(open(os.path.join(part, "config.json")))["provenance"]  # both runs' records, in order
+    assert made["resumed_at_epoch"] == 1 and "--resume" in made["command"]
+    assert "iterations=64" in made["before"]["command"] and "before" not in made["before"]
     for rank in (0, 1):
         a = checkpoint.load_parameters(os.path.join(whole, "checkpoint.states"), rank)
         b = checkpoint.load_parameters(os.path.join(part, "checkpoint.states"), rank)
