@@ -252,18 +252,14 @@ def code_that_ran(out):
         made = json.load(open(os.path.join(out, "config.json"))).get("provenance") or {}
     except (OSError, ValueError):
         made = {}
+    from cdsgd_mx.experiments import provenance
     MODE_OF[out] = (made.get("numerics") or {}).get("mode")
     before = made.get("before") or {}
-    if before.get("commit") and provenance_code_id(before) != provenance_code_id(made):
+    if before.get("commit") and provenance.code_id(before) != provenance.code_id(made):
         made = dict(made, code_changed=True, changes_sha256="resumed-across-code-versions")  # made by two
     if "commit" not in made:
         return this_code()
     return {k: made[k] for k in ("commit", "dirty", "changes", "code_changed", "changes_sha256") if k in made}
-
-
-def provenance_code_id(version):
-    from cdsgd_mx.experiments import provenance
-    return provenance.code_id(version)
 
 
 def stop_if_code_changed(label, out, code):
