@@ -9,6 +9,7 @@ import os as _os
 import sys as _sys
 
 from cdsgd_mx import numerics as _numerics
+from cdsgd_mx.cluster import address as _address
 
 __version__ = "0.1.0"
 
@@ -71,6 +72,7 @@ def _one_line_config_errors():
 
 _one_line_config_errors()
 _numerics.from_environment()  # before anything loads MXNet: pins read at load time (numerics.py)
+_address.announce_route()  # a node on a multi-host job: the address its peers can reach (cluster/address.py)
 _serve_if_a_node()
 _register_kvstore()
 

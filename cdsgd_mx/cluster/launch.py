@@ -16,11 +16,17 @@ shaped with tc (needs root or user namespaces): one shared link, which models a 
 server's NIC. Everything binds to loopback (127.0.0.1) unless --host says otherwise.
 
 -H HOSTFILE (one host per line, `#` comments): a real cluster. The scheduler runs here (at
---host, default this machine's address); servers, then workers, go round the hosts over ssh
+--host, default this machine's address on the route to the first host); servers, then
+workers, go round the hosts over ssh
 (`ssh -o BatchMode=yes [-p P] HOST`), each running in this working directory with this Python
 (install cdsgd-mx and the script at the same paths on every host, or share the file system).
 The servers run the project's server, not MXNet's. The same failure behaviour as here: one node
 fails, the whole job stops; a node whose ssh connection ends stops its command (cdsgd_mx.cluster.node).
+Each node announces its address on the route to the scheduler unless DMLC_NODE_HOST or
+DMLC_INTERFACE (--env) says otherwise (cdsgd_mx.cluster.address).
+
+--emulate-hosts N [--nic RATE] [--latency MS]: the same on a cluster emulated on this machine
+(cdsgd_mx.cluster.emulate): N hosts, each with its own address, sshd and NIC of RATE each way.
 
 A node that stops without exiting (SIGSTOP, a deadlock) is caught by heartbeats: every node
 sends one a second to the launcher (cdsgd_mx.cluster.heartbeat), and the launcher's watchdog
@@ -47,6 +53,7 @@ import time
 
 from cdsgd_mx import numerics
 from cdsgd_mx.wire import auth
+from cdsgd_mx.cluster import address
 from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.cluster.watchdog import Watchdog
 
@@ -226,7 +233,10 @@ def run_job(args, outcome=None):
     the workers had begun."""
     outcome = {"attempt": 0, "before": None, "restartable": True} if outcome is None else outcome
     hosts = read_hostfile(args.hostfile) if args.hostfile else None
-    host = args.host or (socket.gethostbyname(socket.gethostname()) if hosts else "127.0.0.1")
+    # with hosts: this machine's address on the route to them (its first, e.g. 127.0.1.1 from
+    # /etc/hosts, may be one they cannot reach)
+    host = args.host or ((address.towards(hosts[0]) or socket.gethostbyname(socket.gethostname()))
+                         if hosts else "127.0.0.1")
     if args.port and not hosts and port_taken(host, args.port):
         sys.exit("cdsgd_mx.launch: --port %d is taken on %s (another job?): pick another, or leave --port "
                  "out for a free one" % (args.port, host))
@@ -253,7 +263,9 @@ def run_job(args, outcome=None):
     secret = auth.new_secret()  # one per job: servers act only on what carries its MACs
     labels = ["scheduler"] + ["server %d" % i for i in range(args.num_servers)] + \
         ["worker %d" % i for i in range(args.num_workers)]
-    watchdog = Watchdog(secret.encode(), labels, args.stall_timeout, args.start_timeout)
+    # where each node goes: servers, then workers, round the hosts (start() below)
+    placed = {l: hosts[i % len(hosts)] for i, l in enumerate(labels[1:])} if hosts else {}
+    watchdog = Watchdog(secret.encode(), labels, args.stall_timeout, args.start_timeout, placed=placed)
     beats = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # every node's heartbeat (cdsgd_mx.cluster.heartbeat)
     beats.bind((host, 0))
     beats.setblocking(False)
@@ -267,7 +279,6 @@ def run_job(args, outcome=None):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
-    placed = [0]
 
     def start(label, cmd, env):
         """Here, or over ssh on the next host (servers first, then workers, round the hosts)."""
@@ -275,11 +286,12 @@ def run_job(args, outcome=None):
             job.start(label, cmd, dict(base, **env), secret=secret)
             return
         remote = dict(shared, **env)
-        job.start(label + " @" + hosts[placed[0] % len(hosts)],
-                  ssh_command(args, hosts[placed[0] % len(hosts)], remote, cmd), dict(os.environ), keep_stdin=True,
-                  secret=secret)
-        placed[0] += 1
+        job.start(label + " @" + placed[label], ssh_command(args, placed[label], remote, cmd), dict(os.environ),
+                  keep_stdin=True, secret=secret)
 
+    if hosts:
+        job.say("on %d hosts: %s; the scheduler here at %s" % (
+            len(set(placed.values())), ", ".join("%s @%s" % (l, placed[l]) for l in labels[1:]), host))
     try:
         node = ["-m", "cdsgd_mx.server"] + (["--stock"] if args.stock_server else [])
         job.start("scheduler", [py] + node, dict(base, DMLC_ROLE="scheduler"), secret=secret)
@@ -422,6 +434,9 @@ def parse(argv):
                     help="the scheduler's address (default 127.0.0.1; with -H, this machine's address)")
     ap.add_argument("-H", "--hostfile", help="run servers and workers over ssh on these hosts (one per line)")
     ap.add_argument("--ssh-port", type=int, default=None, help="ssh port of the hosts (default: ssh's own)")
+    ap.add_argument("--emulate-hosts", type=int, default=0, metavar="N",
+                    help="run on N emulated hosts of this machine (cdsgd_mx.cluster.emulate), as with -H")
+    ap.add_argument("--nic", help="with --emulate-hosts: each host's NIC rate, each way (tc syntax: 1gbit)")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="set NAME=VALUE for every process of the job (repeatable)")
     ap.add_argument("--port", type=int, default=0, help="scheduler port (default: a free one)")
@@ -458,6 +473,14 @@ def parse(argv):
     args.env = env
     if args.hostfile and (args.bandwidth or args.latency):
         ap.error("--bandwidth/--latency shape this machine's loopback: not with -H/--hostfile")
+    if args.emulate_hosts < 0:
+        ap.error("--emulate-hosts must be >= 1, got %d" % args.emulate_hosts)
+    if args.emulate_hosts and (args.hostfile or args.bandwidth):
+        ap.error("--emulate-hosts brings its own hosts and NICs: not with -H/--hostfile or --bandwidth (use --nic)")
+    if args.nic and not args.emulate_hosts:
+        ap.error("--nic shapes emulated hosts' NICs: it needs --emulate-hosts N")
+    if args.nic and not RATE_RE.match(args.nic):
+        ap.error("--nic must be a tc rate such as 100mbit, 1gbit or 10gbit, got %r" % args.nic)
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
         ap.error("--ssh-port must be a port number 1-65535, got %r" % args.ssh_port)
     return args
@@ -466,6 +489,14 @@ def parse(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
+    if args.emulate_hosts:
+        from cdsgd_mx.cluster import emulate
+        if not os.environ.get(emulate.STATE_ENV):  # start the hosts, then this command again among them
+            return emulate.main(["--hosts", str(args.emulate_hosts)] + (["--nic", args.nic] if args.nic else []) +
+                                (["--latency", "%g" % args.latency] if args.latency else []) +
+                                ["--", sys.executable, "-m", "cdsgd_mx.launch"] + argv)
+        args.hostfile = os.environ[emulate.HOSTFILE_ENV]
+        return run_with_restarts(args)
     if (args.bandwidth or args.latency) and not os.environ.get("CDSGD_IN_NETNS"):
         return reexec_in_netns(args, argv)
     return run_with_restarts(args)

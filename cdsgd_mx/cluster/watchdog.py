@@ -24,10 +24,12 @@ SILENT_AFTER = 5.0  # seconds without a beat before a node counts as silent (bea
 
 
 class Watchdog:
-    def __init__(self, secret, labels, stall_timeout=600.0, start_timeout=1800.0, warn_after=60.0):
-        """labels: the launcher's names of the job's processes ('scheduler', 'server 0', ...)."""
+    def __init__(self, secret, labels, stall_timeout=600.0, start_timeout=1800.0, warn_after=60.0, placed=None):
+        """labels: the launcher's names of the job's processes ('scheduler', 'server 0', ...);
+        placed: the host each was started on, where not here (named for a node never heard)."""
         self.secret = secret
         self.labels = list(labels)
+        self.placed = dict(placed or {})
         self.stall_timeout = stall_timeout
         self.start_timeout = max(start_timeout, stall_timeout)
         self.warn_after = min(warn_after, stall_timeout / 2)
@@ -122,7 +124,7 @@ class Watchdog:
                              for l in silent)
         never = [l for l in running if l not in self.last]
         if never:
-            return ", ".join("%s (never reported: not started, or not using cdsgd_mx)" % l for l in never)
+            return ", ".join("%s (never reported: not started, or not using cdsgd_mx)" % self._name(l) for l in never)
         step = self.last[waiter][0]["step"]
         order = {"start": 0, "train": 1, "exit": 2}
         behind = [l for l in running if l.startswith("worker") and l != waiter and self._wait(l, now) is None
@@ -162,9 +164,9 @@ class Watchdog:
         return msg["wait"], float(msg.get("waited", 0)) + (now - at)
 
     def _name(self, label):
-        """'worker 1 (rank 0, host h)'."""
+        """'worker 1 (rank 0, host h)'; 'worker 1 (on h)' for one never heard, started on h."""
         if label not in self.last:
-            return label
+            return label + (" (on %s)" % self.placed[label] if label in self.placed else "")
         msg = self.last[label][0]
         extra = ([] if msg.get("rank") is None else ["rank %s" % msg["rank"]]) + ["host %s" % msg.get("host")]
         return "%s (%s)" % (label, ", ".join(extra))
