@@ -1,13 +1,18 @@
 """One communication round of MXNet fp32, MXNet 2-bit, S-SGD, BIT-SGD and CD-SGD side by side.
 
     python -m cdsgd_mx.bench.comm [--bandwidth 1gbit,10gbit,none] [--models inception_bn,resnet20,alexnet]
-        [--workers 2] [--servers 1] [--rounds 30]
+        [--network shared,hosts] [--workers 2] [--servers 1] [--rounds 30]
         [--systems stock_fp32,stock_2bit,ssgd,bitsgd,cdsgd,bitsgd_2bit,cdsgd_2bit]
         [--bucket-size N] [--timeout SEC] [--json PATH] [--trace DIR]
 
 Tells whether compression pays on a link. For each model and link, each system runs as its own
-job under the launcher (scheduler, servers and workers on this machine; a link other than
-`none` is one tc-shaped loopback shared by every flow, as a server's NIC would be). A round is
+job under the launcher. Two network models (--network):
+  shared  scheduler, servers and workers on this machine's loopback; a link other than `none` is
+          one tc-shaped loopback that every flow, both directions and every server share
+  hosts   every server and worker on an emulated host of its own (cdsgd_mx.cluster.emulate),
+          each with a NIC of the link's rate in each direction (`none`: unshaped veths); the
+          bottleneck is then the servers' NICs, each taking W pushes in and sending W pulls out
+          at once, as on a cluster. Shown as LINK/hosts. A round is
 communication alone: every gradient pushed (random values drawn once; no forward/backward),
 the servers' SGD with momentum applied, the new weights pulled and waited for. After a few
 untimed rounds (registration, warm-up), --rounds rounds are timed on every worker; the figure
@@ -47,6 +52,8 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
   fp32 bound  W * (4 B pushed + 4 B pulled) * values / link rate: what the wire alone needs
   2bit bound  W * (0.25 B pushed + 4 B pulled) * values / link rate (no bound for `none`)
   both bound  W * (0.25 B pushed + 0.25 B pulled) * values / link rate: 2 bits both ways
+              (LINK/hosts: max(W / S, 1) * max(pushed, pulled) B * values / link rate, the
+              busiest NIC's larger direction: the two directions run at once)
   a/b         ratio of the two systems' times (< 1: a is faster)
 Bytes pushed per round per worker by the project's systems are printed under the table.
 --trace DIR: each worker of the project's jobs writes a chrome trace of its timed rounds to
@@ -63,6 +70,7 @@ import sys
 import time
 
 from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable
+from cdsgd_mx.cluster import emulate
 from cdsgd_mx.experiments import provenance
 from cdsgd_mx.bench import mark_fresh
 
@@ -254,11 +262,20 @@ def failure_reason(proc):
     return "exit code %d" % proc.returncode
 
 
-def run_job(args, model, link, system):
+def split_link(label):
+    """'1gbit' -> ('1gbit', 'shared'); '1gbit/hosts' -> ('1gbit', 'hosts')."""
+    link, _, network = label.partition("/")
+    return link, network or "shared"
+
+
+def run_job(args, model, label, system):
     py = sys.executable
+    link, network = split_link(label)
     cmd = [py, "-m", "cdsgd_mx.launch", "-n", str(args.workers), "-s", str(args.servers),
            "--timeout", str(args.timeout)]
-    if link != "none":
+    if network == "hosts":  # each server and worker on a host of its own
+        cmd += ["--emulate-hosts", str(args.workers + args.servers)] + (["--nic", link] if link != "none" else [])
+    elif link != "none":
         cmd += ["--bandwidth", link]
     if system.startswith("stock"):
         cmd.append("--stock-server")
@@ -267,7 +284,7 @@ def run_job(args, model, link, system):
     if args.bucket_size:
         cmd += ["--bucket-size", str(args.bucket_size)]
     if args.trace and system in OUR_JOBS:
-        cmd += ["--trace", os.path.abspath(args.trace), "--link", link]
+        cmd += ["--trace", os.path.abspath(args.trace), "--link", label.replace("/", "-")]
     env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND="1000000", CDSGD_PROOF_STATS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     found = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
@@ -280,7 +297,8 @@ def run_job(args, model, link, system):
         result.update({k: v for k, v in worst.items() if k.endswith("_ms") or k in ("ratio", "rank")})
         result["mean_ratio"] = statistics.mean(r["ratio"] for r in found)
     if args.trace and system in OUR_JOBS:  # where the timed rounds went, worker by worker
-        result["spans"] = [span_medians(trace_path(args.trace, model, link, system, r["rank"]), WARMUP_ROUNDS)
+        result["spans"] = [span_medians(trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"]),
+                                        WARMUP_ROUNDS)
                            for r in result["workers"]]
     proofs = [json.loads(l.split("PROOF_STATS ", 1)[1]) for l in proc.stdout.splitlines() if "PROOF_STATS " in l]
     if proofs:  # the servers' proof checks, per round of one bucket, measured in the job itself
@@ -433,11 +451,15 @@ def print_proof_costs(args, results):
               "%.0f us per round: %s" % (path_us, alone, us, ", ".join(shares) or "no round measured"))
 
 
-def bounds(info, link, workers):
+def bounds(info, label, workers, servers=1):
     """(fp32, 2-bit push with fp32 pull, 2 bits both ways) wire bounds in ms, or Nones."""
+    link, network = split_link(label)
     if link == "none":
         return None, None, None
     values, rate = info["trained_values"], rate_bits(link) / 8  # bytes per second
+    if network == "hosts":  # the busiest NIC (a server's, or a worker's), its busier direction
+        return tuple(1e3 * max(workers / servers, 1) * max(push, pull) * values / rate
+                     for push, pull in ((4, 4), (0.25, 4), (0.25, 0.25)))
     return tuple(1e3 * workers * per_value * values / rate for per_value in (8, 4.25, 0.5))
 
 
@@ -459,7 +481,7 @@ def print_table(args, infos, results):
                 cells.append("-" if r is None else ("%.1f" % r["ms"]) if "ms" in r else "failed: " + r["error"][:40])
                 if r and "error" in r:
                     notes.append("%s %s %s failed: %s" % (model, link, s, r["error"]))
-            cells += ["-" if b is None else "%.1f" % b for b in bounds(infos[model], link, args.workers)]
+            cells += ["-" if b is None else "%.1f" % b for b in bounds(infos[model], link, args.workers, args.servers)]
             cells += ["%.2f" % (ms[a] / ms[b]) if ms.get(a) and ms.get(b) else "-" for a, b in RATIOS
                       if a in systems and b in systems]
             rows.append(cells)
@@ -504,11 +526,14 @@ def leader(args):
         print("%s: %d parameter arrays (%d trained), %d values (%d trained)" % (
             model, i["arrays"], i["trained_arrays"], i["values"], i["trained_values"]), flush=True)
     results, skip = {}, {}
-    for link in args.bandwidth:
-        if link != "none":
-            skip[link] = netns_problem(link)
-            if skip[link]:
-                print("note: skipping link %s: %s" % (link, skip[link]), flush=True)
+    for label in args.bandwidth:
+        link, network = split_link(label)
+        if network == "hosts":
+            skip[label] = emulate.unavailable()
+        elif link != "none":
+            skip[label] = netns_problem(link)
+        if skip.get(label):
+            print("note: skipping link %s: %s" % (label, skip[label]), flush=True)
     jobs = [(m, l, s) for m in args.models for l in args.bandwidth if not skip.get(l) for s in args.systems]
     for l in skip:
         if skip[l]:
@@ -528,8 +553,9 @@ def leader(args):
         out = {"workers": args.workers, "servers": args.servers, "rounds": args.rounds,
                "bucket_size": args.bucket_size, "models": infos, "runs": []}
         for (model, link), res in results.items():
-            fp32, bit2, both = bounds(infos[model], link, args.workers)
-            out["runs"].append({"model": model, "link": link, "fp32_bound_ms": fp32, "2bit_bound_ms": bit2,
+            fp32, bit2, both = bounds(infos[model], link, args.workers, args.servers)
+            out["runs"].append({"model": model, "link": split_link(link)[0], "network": split_link(link)[1],
+                                "fp32_bound_ms": fp32, "2bit_bound_ms": bit2,
                                 "both_bound_ms": both,
                                 "systems": {s: r for s, r in res.items() if s != "skipped"},
                                 "skipped": res.get("skipped")})
@@ -545,6 +571,8 @@ def main(argv=None):
     ap.add_argument("--system", default="ssgd", help=argparse.SUPPRESS)
     ap.add_argument("--bandwidth", default="1gbit,10gbit,none", help="links, tc rates or none (default %(default)s)")
     ap.add_argument("--models", default="inception_bn,resnet20,alexnet")
+    ap.add_argument("--network", default="shared",
+                    help="shared (one shaped loopback), hosts (a NIC per emulated host) or both: shared,hosts")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=30)
@@ -574,6 +602,12 @@ def main(argv=None):
     bad = [v for v in args.bandwidth if v != "none" and not RATE_RE.match(v)]
     if bad or not args.bandwidth:
         fail("--bandwidth: bad link %r (allowed: none or a tc rate such as 100mbit, 1gbit, 10gbit)" % ",".join(bad))
+    networks = [v for v in args.network.split(",") if v]
+    bad = [v for v in networks if v not in ("shared", "hosts")]
+    if bad or not networks:
+        fail("--network: unknown %r (allowed: shared, hosts)" % ",".join(bad))
+    # each link on each network, as labels: '1gbit' (shared), '1gbit/hosts'
+    args.bandwidth = [link if net == "shared" else link + "/hosts" for net in networks for link in args.bandwidth]
     for opt in ("workers", "servers", "rounds", "bucket_size", "timeout"):
         value = getattr(args, opt)
         if value is not None and value < 1:

@@ -42,6 +42,27 @@ def test_one_round_of_stock_and_ours_side_by_side(tmp_path):
     assert low <= bits <= low + 4 * buckets
 
 
+def test_both_network_models_side_by_side(tmp_path):
+    """--network shared,hosts: the same round on the shared loopback and with a NIC per emulated
+    host; the wire bounds follow each model (per host: the server's NIC, each direction apart)."""
+    from cdsgd_mx.cluster import emulate
+    if emulate.unavailable():
+        pytest.skip(emulate.unavailable())
+    out = tmp_path / "comm.json"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "100mbit",
+                           "--network", "shared,hosts", "--rounds", "3", "--systems", "ssgd", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "[2/2] lenet5 100mbit/hosts ssgd" in proc.stdout
+    runs = {r["network"]: r for r in json.loads(out.read_text())["runs"]}
+    assert set(runs) == {"shared", "hosts"} and all(r["link"] == "100mbit" for r in runs.values())
+    assert all(r["systems"]["ssgd"]["ms"] > 0 for r in runs.values())
+    shared, hosts = runs["shared"], runs["hosts"]
+    assert hosts["fp32_bound_ms"] == pytest.approx(shared["fp32_bound_ms"] / 2)  # 2 workers, 1 server: 8 B vs max(4, 4)
+    assert hosts["2bit_bound_ms"] == pytest.approx(hosts["fp32_bound_ms"])  # the fp32 pull bounds it
+    assert hosts["both_bound_ms"] == pytest.approx(hosts["fp32_bound_ms"] / 16)
+
+
 def paired_job(tmp_path, system):
     """bench.comm's paired `system` on LeNet-5, 4 rounds of each half: (the process, its JSON figures)."""
     out = tmp_path / (system + ".json")
