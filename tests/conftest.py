@@ -26,3 +26,46 @@ def mxnet_2bit():
     finally:
         sys.path.remove(str(BASELINE_DIR))
     return mxnet_2bit
+
+
+# -- what the suite costs (docs/testing.md) ---------------------------------------------------
+SLOW_AFTER = 60.0  # seconds: a test that takes longer says why, in a docstring line "Slow: ..."
+
+
+def pytest_addoption(parser):
+    parser.addoption("--file-durations", action="store_true",
+                     help="print each test file's total time (setup + call + teardown), the largest first")
+
+
+_spent = {}  # nodeid -> seconds, all phases
+
+
+def pytest_runtest_logreport(report):
+    _spent[report.nodeid] = _spent.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Tests over SLOW_AFTER seconds with no "Slow:" line in their docstring (always), and
+    per-file totals (--file-durations)."""
+    items = {item.nodeid: item for item in getattr(config, "_cdsgd_items", [])}
+    unexplained = []
+    for nodeid, seconds in sorted(_spent.items(), key=lambda kv: -kv[1]):
+        item = items.get(nodeid)
+        doc = (getattr(getattr(item, "function", None), "__doc__", None) or "") if item else ""
+        if seconds > SLOW_AFTER and "Slow:" not in doc:
+            unexplained.append("%7.1f s  %s" % (seconds, nodeid))
+    if unexplained:
+        terminalreporter.write_sep("-", "over %.0f s with no 'Slow:' line in the docstring (docs/testing.md)" % SLOW_AFTER)
+        for line in unexplained:
+            terminalreporter.write_line(line)
+    if config.getoption("--file-durations"):
+        files = {}
+        for nodeid, seconds in _spent.items():
+            files[nodeid.split("::")[0]] = files.get(nodeid.split("::")[0], 0.0) + seconds
+        terminalreporter.write_sep("-", "time per test file (%.0f s in all)" % sum(files.values()))
+        for path, seconds in sorted(files.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line("%7.1f s  %s" % (seconds, path))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    config._cdsgd_items = list(items)

@@ -17,6 +17,8 @@ at 10.213.0.1): nothing of the emulated cluster touches this machine's own netwo
 - $CDSGD_HOSTFILE names a hostfile of the hosts' addresses (one per line);
 - a plain `ssh HOST CMD` reaches each host with no prompt (an `ssh` first on PATH adds the
   emulation's key and known hosts; HOST is an address or host0, host1, ...);
+- the names host0, host1, ... and login resolve (/etc/hosts, in a mount namespace of the
+  emulation's own: this machine's file is untouched);
 - $CDSGD_EMULATE names the emulation's state, for `fault`.
 All hosts share this machine's file system, as hosts on a shared file system do.
 
@@ -29,7 +31,7 @@ fault ACTION HOST, from within COMMAND (or anywhere, as root, with $CDSGD_EMULAT
   freeze / thaw        SIGSTOP / SIGCONT to every process of the host (sshd included)
   kill ROLE            SIGKILL to the host's nodes of that role (worker, server, scheduler)
 
-Needs root (network namespaces, veths, tc), iproute2, util-linux (unshare, nsenter) and
+Needs root (network and mount namespaces, veths, tc), iproute2, util-linux (unshare, nsenter) and
 OpenSSH's server and client; where any of it is missing it stops with one line. The emulated
 sshds drop a client silent for 9 s (ClientAliveInterval 3, count 3), as a cluster's sshd
 should be set: a node whose launcher's host went away then stops within seconds.
@@ -73,7 +75,7 @@ def unavailable():
             return "emulated hosts need '%s' (Debian: %s)" % (tool, package)
     if sshd_path() is None:
         return "emulated hosts need sshd (Debian: openssh-server)"
-    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
+    probe = subprocess.run(["unshare", "-n", "-m", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         return "cannot create a network namespace here: %s" % (probe.stderr.strip() or "unshare -n failed")
     return None
@@ -145,6 +147,7 @@ class Cluster:
         self.keys()
         for i in range(self.n):
             self.add_host(i)
+        self.names()
         for host in self.hosts:
             self.start_sshd(host)
         self.write_files()
@@ -185,6 +188,19 @@ class Cluster:
         sh("ip", "route", "add", "default", "via", LOGIN, "dev", NIC, netns=pid)
         shaping(link, self.nic, self.latency)  # towards the host: what it receives
         shaping(NIC, self.nic, self.latency, netns=pid)  # from the host: what it sends
+
+    def names(self):
+        """host0, host1, ... and login resolve everywhere in the emulation: /etc/hosts with them,
+        mounted over this mount namespace's (the hosts' processes share it; this machine's own
+        file is untouched)."""
+        path = os.path.join(self.dir, "etc_hosts")
+        with open("/etc/hosts") as f:
+            mine = f.read()
+        with open(path, "w") as f:
+            f.write(mine.rstrip("\n") + "\n# cdsgd_mx.cluster.emulate\n%s login\n" % LOGIN +
+                    "".join("%s %s\n" % (h["address"], h["name"]) for h in self.hosts))
+        os.chmod(path, 0o644)
+        sh("mount", "--bind", path, "/etc/hosts")
 
     def start_sshd(self, host):
         os.makedirs("/run/sshd", 0o755, exist_ok=True)  # sshd's privilege-separation directory
@@ -341,7 +357,9 @@ def outside(args, argv):
     if why:
         print("cdsgd_mx.cluster.emulate: %s" % why, file=sys.stderr)
         return 1
-    proc = subprocess.Popen(["unshare", "-n", sys.executable, "-m", "cdsgd_mx.cluster.emulate"] + argv,
+    # a network namespace for the login node, and a mount namespace (private) for its /etc/hosts
+    proc = subprocess.Popen(["unshare", "-n", "-m", "--propagation", "private", sys.executable, "-m",
+                             "cdsgd_mx.cluster.emulate"] + argv,
                             env=dict(os.environ, **{INSIDE_ENV: "1"}))
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, _f: proc.send_signal(signum))

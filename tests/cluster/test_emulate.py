@@ -61,7 +61,8 @@ def test_each_host_has_its_own_address_name_and_sshd_and_all_of_it_goes_at_the_e
     emulation is left and its folder is gone."""
     script = ('cp "$CDSGD_EMULATE" %s/state.json; cat "$CDSGD_HOSTFILE"; '
               'for h in $(cat "$CDSGD_HOSTFILE") host2; do ssh "$h" \'echo "$(hostname) $(ip -4 -o addr show | '
-              'grep -v " lo " | awk "{print \\$2, \\$4}" | tr "\\n" " ")"\'; done; exit 7') % tmp_path
+              'grep -v " lo " | awk "{print \\$2, \\$4}" | tr "\\n" " ")"\'; done; '
+              'ssh host0 getent hosts host2 login; exit 7') % tmp_path
     proc = run_emulated(3, ["bash", "-c", script])
     assert proc.returncode == 7, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
@@ -69,6 +70,7 @@ def test_each_host_has_its_own_address_name_and_sshd_and_all_of_it_goes_at_the_e
     for i, line in enumerate(lines[4:7]):
         assert line == "host%d mgmt0 10.214.0.%d/24 eth0 10.213.0.%d/24 " % (i, 11 + i, 11 + i), line
     assert lines[7].startswith("host2 ")
+    assert lines[8].split() == ["10.213.0.13", "host2"] and lines[9].split() == ["10.213.0.1", "login"]  # names resolve
     state = json.loads((tmp_path / "state.json").read_text())
     assert not os.path.exists(state["dir"])
     time.sleep(0.3)
