@@ -177,6 +177,29 @@ def test_mxnets_own_ssh_launcher_across_the_hosts(tmp_path):
     assert_simulated("cdsgd", [dict(np.load(out / ("rank%d.npz" % r))) for r in range(2)])
 
 
+@needs_hosts
+def test_slurm_across_the_hosts(tmp_path):
+    """`srun -N 3 -n 4 python -m cdsgd_mx.slurm -s 1 -- ...` with a slurmd on each emulated host
+    (tests/cluster/emulated_slurm.py): the scheduler on host0, the server on host1, the workers on
+    host2 and host0, CD-SGD to the simulation's weights."""
+    import shutil
+    missing = [d for d in ("slurmctld", "slurmd", "srun", "sinfo") if shutil.which(d) is None]
+    if missing:
+        pytest.skip("no SLURM on this machine (%s missing; Debian: slurm-wlm)" % ", ".join(missing))
+    from test_mxnet_tracker import job_files
+    secret, out, args = job_files(tmp_path)
+    worker = ["bash", "-c", 'echo "WORKER $SLURM_PROCID on $(hostname)"; exec "$@"', "_", sys.executable,
+              str(ROOT / "tests" / "workers" / "engine_worker.py")] + args
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "CDSGD_", "SLURM_"))}
+    env.update(CDSGD_SECRET_FILE=str(secret), MXNET_KVSTORE_BIGARRAY_BOUND=str(BOUND), CDSGD_STALL_TIMEOUT="60")
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.cluster.emulate", "--hosts", "3", "--", sys.executable,
+                           str(HERE / "emulated_slurm.py"), str(tmp_path / "slurm"), "4", "--"] + worker,
+                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "WORKER 2 on host2" in proc.stdout and "WORKER 3 on host0" in proc.stdout, proc.stdout[-2000:]
+    assert_simulated("cdsgd", [dict(np.load(out / ("rank%d.npz" % r))) for r in range(2)])
+
+
 STALL = 10  # seconds: the launcher's --stall-timeout in the fault tests
 
 
