@@ -475,7 +475,7 @@ def run_node():
     if role == "scheduler":
         return run_scheduler()
     os.environ["DMLC_ROLE"] = "worker"  # importing mxnet as a server would start the stock loop
-    mx = import_mxnet()  # without scikit-learn (mxnet_import.py)
+    mx = import_mxnet(server=True)  # without scikit-learn and what else a server never uses (mxnet_import.py)
     from mxnet.base import _LIB, check_call
     os.environ["DMLC_ROLE"] = role
     secret = None
