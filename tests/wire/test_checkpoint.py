@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from worker.test_engine import SHAPES, STEPS, launch  # noqa: E402
+from worker.test_engine import K, SHAPES, STEPS, T, WARMUP, launch  # noqa: E402
 
 import cdsgd_mx  # noqa: E402
 from cdsgd_mx.wire import checkpoint  # noqa: E402
@@ -16,8 +16,9 @@ from cdsgd_mx.bench import mark_fresh  # noqa: E402
 @pytest.mark.slow
 @pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
 def test_stop_and_resume_matches_uninterrupted_run(tmp_path, alg):
-    common = ["--algorithm", alg, "--steps", str(STEPS), "--warmup", "2", "--k", "3"]
-    whole = launch(tmp_path / "whole", 2, 2, *common)
+    # the arguments of test_engine's simulation test: its 2-worker, 2-server run is this whole one
+    common = ["--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T)]
+    whole = launch(tmp_path / "whole", 2, 2, *common, shared=True)
     ckpt = str(tmp_path / "ckpt.states")
     launch(tmp_path / "first", 2, 2, *common, "--ckpt", ckpt, "--save-at", "5", allow_missing=True)
     resumed = launch(tmp_path / "second", 2, 2, *common, "--ckpt", ckpt, "--resume-at", "5")
@@ -35,9 +36,10 @@ def test_stop_and_resume_with_2bit_pulls_matches_uninterrupted_run(tmp_path, alg
     bit for bit."""
     import json
     from worker.test_engine import CFG
-    common = ["--algorithm", alg, "--steps", "8", "--warmup", "2", "--k", "3",
-              "--config", json.dumps(dict(CFG, pull="2bit", resync_every=3))]
-    whole = launch(tmp_path / "whole", 2, 2, *common)
+    from wire.test_pull_compression import R, run
+    common = ["--algorithm", alg, "--steps", "8", "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T),
+              "--config", json.dumps(dict(CFG, pull="2bit", resync_every=R))]
+    whole = run(tmp_path / "whole", alg, 2, 2, 8, shared=True)[0]  # test_pull_compression's run with these arguments
     ckpt = str(tmp_path / "ckpt.states")
     launch(tmp_path / "first", 2, 2, *common, "--ckpt", ckpt, "--save-at", "4", allow_missing=True)
     resumed = launch(tmp_path / "second", 2, 2, *common, "--ckpt", ckpt, "--resume-at", "4")

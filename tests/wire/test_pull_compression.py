@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cdsgd_mx.experiments.simulation import simulate  # noqa: E402
 from worker.test_engine import BOUND, CFG, finish, start  # noqa: E402
+import jobcache  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value  # noqa: E402
 
 from cdsgd_mx.worker import buckets
@@ -36,8 +37,14 @@ def sim(alg, workers, servers, steps, pull=True):
                     CFG["batch"], pull={"buckets": layout(workers, servers), "resync_every": R} if pull else None)
 
 
-def run(tmp, alg, workers, servers, steps, env=None):
+def run(tmp, alg, workers, servers, steps, env=None, shared=False):
+    """(every rank's results, the servers' V checksums). shared=True: once per session for these
+    arguments (tests/jobcache.py: the 2-bit-pull checkpoint test checks the same run)."""
+    if shared:
+        return jobcache.once(("pull", alg, workers, servers, steps, tuple(sorted((env or {}).items()))),
+                             lambda: run(tmp, alg, workers, servers, steps, env))
     cfg = json.dumps(dict(CFG, pull="2bit", resync_every=R))
+    tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "copies"
     import os
     os.environ["CDSGD_COPY_LOG"] = str(log)
@@ -66,7 +73,8 @@ def test_both_ways_match_the_simulation_bit_for_bit(tmp_path, alg, workers, serv
     exactly; every worker's V equals its server's V after every step's round. device_path:
     device-resident buckets (CDSGD_DEVICE_PATH=1 takes their path on a CPU context): W reaches
     the parameters through dev_weights, behind the decode."""
-    got, server = run(tmp_path, alg, workers, servers, 8, env={"CDSGD_DEVICE_PATH": "1"} if device_path else None)
+    got, server = run(tmp_path, alg, workers, servers, 8, env={"CDSGD_DEVICE_PATH": "1"} if device_path else None,
+                      shared=True)
     assert all(bool(g["device_path"]) == device_path for g in got)
     xs, W, V = sim(alg, workers, servers, 8)
     v_sim = np.concatenate([V[i].reshape(-1)[b:e] for pieces in layout(workers, servers) for i, b, e in pieces])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import jobcache  # noqa: E402
 from cdsgd_mx.experiments.simulation import simulate  # noqa: E402
 from workers.engine_worker import SHAPES, grad_fn, init_value, offgrid_grad  # noqa: E402
 
@@ -25,9 +26,16 @@ STEPS, WARMUP, K, T = 9, 2, 3, 0.5
 pytestmark = pytest.mark.slow
 
 
-def launch(tmp, workers, servers, *worker_args, stock_server=False, timeout=120, allow_missing=False):
-    return finish(start(tmp, workers, servers, *worker_args, stock_server=stock_server, timeout=timeout),
-                  allow_missing)
+def launch(tmp, workers, servers, *worker_args, stock_server=False, timeout=120, allow_missing=False, shared=False):
+    """The job's results. shared=True: a job that other tests check too, with the same
+    arguments, runs once per session (tests/jobcache.py; our runs of the engine worker are exact
+    and deterministic). Never for a run that is repeated on purpose (stock MXNet's retries)."""
+    def run():
+        return finish(start(tmp, workers, servers, *worker_args, stock_server=stock_server, timeout=timeout),
+                      allow_missing)
+    if not shared:
+        return run()
+    return jobcache.once(("engine", workers, servers, worker_args, stock_server), run)
 
 
 def start(tmp, workers, servers, *worker_args, stock_server=False, timeout=120, env=None):
@@ -71,7 +79,7 @@ def sim(alg, workers):
 @pytest.mark.parametrize("workers,servers", [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)])
 def test_weights_match_numpy_simulation(tmp_path, alg, workers, servers):
     got = launch(tmp_path, workers, servers, "--algorithm", alg, "--steps", str(STEPS),
-                 "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T))
+                 "--warmup", str(WARMUP), "--k", str(K), "--threshold", str(T), shared=True)
     xs, W = sim(alg, workers)
     for r in range(workers):
         for i in range(len(SHAPES)):
