@@ -7,8 +7,6 @@ in docs/reproduction/ that it makes stale in docs/reproduction/STALE.md, until i
 re-recorded (test_every_recorded_result_matches_the_golden_run_or_is_marked_stale)."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -24,15 +22,17 @@ GOLDEN = {"loss": 0.7146001302947601, "test_accuracy": 0.9406,
 
 
 @pytest.mark.slow
-def test_the_golden_run_gives_the_pinned_numbers_exactly(tmp_path):
-    out = str(tmp_path / "golden")
-    env = {k: v for k, v in os.environ.items() if k != "CDSGD_NUMERICS"}
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config",
-                           os.path.join(ROOT, golden.CONFIG)] + golden.OVERRIDES +
-                          ["workers=%d" % golden.WORKERS, "out=" + out],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+def test_the_golden_run_gives_the_pinned_numbers_exactly():
+    """The golden run as reproduce.py makes it beside every portable sweep (train.py with the
+    config's `numerics: portable`, no CDSGD_NUMERICS): the quick fig6 sweep's, which
+    test_reproduce.py checks too (one run for both: tests/jobcache.py)."""
+    from test_reproduce import fig6_quick
+    sweep, proc = fig6_quick()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert golden.fingerprint(out) == GOLDEN
+    assert golden.fingerprint(os.path.join(sweep, "logs", "golden")) == GOLDEN
+    with open(os.path.join(sweep, "golden.json")) as f:
+        assert json.load(f) == GOLDEN
+    assert "golden run (the test's pinned numbers" in open(os.path.join(sweep, "fig6.md")).read()
 
 
 def stale_folders():

@@ -7,14 +7,27 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "reproduce.py")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jobcache  # noqa: E402
+
+
+def fig6_quick():
+    """`reproduce.py fig6 --quick --iterations 70` into a folder of its own, once per session
+    (tests/jobcache.py): this file checks its table, plots and logs, test_golden.py the golden
+    run it makes beside them. (its folder, its CompletedProcess)"""
+    def run():
+        import tempfile
+        out = os.path.join(tempfile.mkdtemp(prefix="fig6-quick-"), "fig6")
+        env = {k: v for k, v in os.environ.items() if k != "CDSGD_NUMERICS"}  # the config's numerics only
+        # warm-up is 50 steps in the fig6 config: 70 iterations reach the compressed phase
+        return out, subprocess.run([sys.executable, SCRIPT, "fig6", "--quick", "--iterations", "70", "--out", out],
+                                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return jobcache.once(("fig6-quick",), run)
 
 
 @pytest.mark.slow
-def test_fig6_quick_writes_logs_plots_and_table(tmp_path):
-    out = str(tmp_path / "fig6")
-    # warm-up is 50 steps in the fig6 config: 70 iterations reach the compressed phase
-    proc = subprocess.run([sys.executable, SCRIPT, "fig6", "--quick", "--iterations", "70", "--out", out],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+def test_fig6_quick_writes_logs_plots_and_table():
+    out, proc = fig6_quick()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     table = open(os.path.join(out, "fig6.md")).read()
     rows = [l for l in table.splitlines() if l.startswith("| ") and "workers" not in l and "---" not in l]
