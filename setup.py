@@ -126,7 +126,7 @@ setup(
         # MXNet itself comes from exactly one of these: both wheels install the same `mxnet` package.
         "cpu": ["mxnet==1.9.1"] + DATA,
         "gpu": ["mxnet-cu112==1.9.1"] + DATA,
-        "test": ["pytest>=7", "hypothesis>=6", "pyzmq>=22"],  # pyzmq: the outsider of tests/wire/test_security.py
+        "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "pyzmq>=22"],  # pyzmq: the outsider of tests/wire/test_security.py; pytest-xdist: docs/testing.md
     },
     zip_safe=False,
 )

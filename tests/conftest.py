@@ -38,21 +38,31 @@ def pytest_addoption(parser):
 
 
 _spent = {}  # nodeid -> seconds, all phases
+_explained = set()  # nodeids whose docstring has a "Slow:" line
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Whether the test says why it is slow travels with its report (also from pytest-xdist's
+    workers, where the tests are collected)."""
+    outcome = yield
+    if call.when == "call":
+        doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
+        outcome.get_result().user_properties.append(("explains_slow", "Slow:" in doc))
 
 
 def pytest_runtest_logreport(report):
     _spent[report.nodeid] = _spent.get(report.nodeid, 0.0) + report.duration
+    if dict(report.user_properties).get("explains_slow"):
+        _explained.add(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter, config):
     """Tests over SLOW_AFTER seconds with no "Slow:" line in their docstring (always), and
     per-file totals (--file-durations)."""
-    items = {item.nodeid: item for item in getattr(config, "_cdsgd_items", [])}
     unexplained = []
     for nodeid, seconds in sorted(_spent.items(), key=lambda kv: -kv[1]):
-        item = items.get(nodeid)
-        doc = (getattr(getattr(item, "function", None), "__doc__", None) or "") if item else ""
-        if seconds > SLOW_AFTER and "Slow:" not in doc:
+        if seconds > SLOW_AFTER and nodeid not in _explained:
             unexplained.append("%7.1f s  %s" % (seconds, nodeid))
     if unexplained:
         terminalreporter.write_sep("-", "over %.0f s with no 'Slow:' line in the docstring (docs/testing.md)" % SLOW_AFTER)
@@ -66,6 +76,3 @@ def pytest_terminal_summary(terminalreporter, config):
         for path, seconds in sorted(files.items(), key=lambda kv: -kv[1]):
             terminalreporter.write_line("%7.1f s  %s" % (seconds, path))
 
-
-def pytest_collection_modifyitems(session, config, items):
-    config._cdsgd_items = list(items)

@@ -21,6 +21,7 @@ GOLDEN = {"loss": 0.7146001302947601, "test_accuracy": 0.9406,
                              "026f355b4ca771c58faf4862c86c36d1043186b89c8444b2032aa2c882eb9715"]}
 
 
+@pytest.mark.xdist_group("fig6-quick")  # shares its run with other tests (tests/jobcache.py)
 @pytest.mark.slow
 def test_the_golden_run_gives_the_pinned_numbers_exactly():
     """The golden run as reproduce.py makes it beside every portable sweep (train.py with the

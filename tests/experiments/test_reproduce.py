@@ -25,6 +25,7 @@ def fig6_quick():
     return jobcache.once(("fig6-quick",), run)
 
 
+@pytest.mark.xdist_group("fig6-quick")  # shares its run with other tests (tests/jobcache.py)
 @pytest.mark.slow
 def test_fig6_quick_writes_logs_plots_and_table():
     out, proc = fig6_quick()

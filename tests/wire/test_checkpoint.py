@@ -13,6 +13,7 @@ from cdsgd_mx.wire import checkpoint  # noqa: E402
 from cdsgd_mx.bench import mark_fresh  # noqa: E402
 
 
+@pytest.mark.xdist_group("engine-runs")  # shares its run with other tests (tests/jobcache.py)
 @pytest.mark.slow
 @pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
 def test_stop_and_resume_matches_uninterrupted_run(tmp_path, alg):
@@ -28,6 +29,7 @@ def test_stop_and_resume_matches_uninterrupted_run(tmp_path, alg):
             np.testing.assert_array_equal(resumed[r]["x%d" % i], whole[r]["x%d" % i])
 
 
+@pytest.mark.xdist_group("pull-runs")  # shares its run with other tests (tests/jobcache.py)
 @pytest.mark.slow
 @pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
 def test_stop_and_resume_with_2bit_pulls_matches_uninterrupted_run(tmp_path, alg):

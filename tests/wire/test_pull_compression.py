@@ -65,6 +65,7 @@ def run(tmp, alg, workers, servers, steps, env=None, shared=False):
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.xdist_group("pull-runs")  # shares its run with other tests (tests/jobcache.py)
 @pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
 @pytest.mark.parametrize("workers,servers,device_path", [(1, 1, False), (1, 2, False), (2, 1, False), (2, 2, False),
                                                          (3, 1, False), (3, 2, False), (2, 2, True)])

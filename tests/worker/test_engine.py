@@ -75,6 +75,7 @@ def sim(alg, workers):
                     CFG["local_lr"], CFG["batch"])
 
 
+@pytest.mark.xdist_group("engine-runs")  # shares its run with other tests (tests/jobcache.py)
 @pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
 @pytest.mark.parametrize("workers,servers", [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)])
 def test_weights_match_numpy_simulation(tmp_path, alg, workers, servers):
