@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 _WITHOUT_MXNET = ("cdsgd_mx.launch", "cdsgd_mx.mxnet_launch", "cdsgd_mx.slurm",  # entry points that only start processes
                   "cdsgd_mx.cluster.launch", "cdsgd_mx.cluster.node", "cdsgd_mx.cluster.mxnet_launch",
-                  "cdsgd_mx.cluster.slurm")
+                  "cdsgd_mx.cluster.slurm", "cdsgd_mx.cluster.emulate")
 
 
 def _register_kvstore():

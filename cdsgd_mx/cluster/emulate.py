@@ -201,6 +201,16 @@ class Cluster:
                     "".join("%s %s\n" % (h["address"], h["name"]) for h in self.hosts))
         os.chmod(path, 0o644)
         sh("mount", "--bind", path, "/etc/hosts")
+        # no DNS server is reachable from the emulated network: a lookup that falls through to
+        # DNS (an IPv6 one for a name /etc/hosts has only IPv4 for) fails at once, not after
+        # this machine's resolver has timed out (20 s for `getent hosts host0 login`)
+        path = os.path.join(self.dir, "resolv.conf")
+        with open(path, "w") as f:
+            f.write("# cdsgd_mx.cluster.emulate: no DNS in the emulated cluster (names: /etc/hosts)\n"
+                    "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        os.chmod(path, 0o644)
+        if os.path.exists("/etc/resolv.conf"):
+            sh("mount", "--bind", path, "/etc/resolv.conf")
 
     def start_sshd(self, host):
         os.makedirs("/run/sshd", 0o755, exist_ok=True)  # sshd's privilege-separation directory
