@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 
-from cdsgd_mx.cluster.launch import RATE_RE
+from cdsgd_mx.cluster.launch import RATE_RE, process_state
 
 SUBNET = "10.213.0."      # the cluster network: the login node at .1, host i at .(11 + i)
 MGMT_SUBNET = "10.214.0."  # each host's unconnected management interface
@@ -305,11 +305,8 @@ def _signal(pid, sig):
 
 
 def _zombie(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rpartition(")")[2].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
+    """Exited but not yet collected, or gone."""
+    return process_state(pid) in ("Z", None)
 
 
 def _reap():

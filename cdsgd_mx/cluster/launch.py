@@ -357,13 +357,18 @@ def run_job(args, outcome=None):
         beats.close()
 
 
-def stopped_here(pid):
-    """Whether a process of this machine is stopped (SIGSTOP, a debugger): state T or t."""
+def process_state(pid):
+    """A process of this machine's state letter in /proc (R, S, T, Z, ...); None once it is gone."""
     try:
         with open("/proc/%d/stat" % pid) as f:
-            return f.read().rpartition(")")[2].split()[0] in ("T", "t")
+            return f.read().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
-        return False
+        return None
+
+
+def stopped_here(pid):
+    """Whether a process of this machine is stopped (SIGSTOP, a debugger): state T or t."""
+    return process_state(pid) in ("T", "t")
 
 
 def watch(watchdog, beats, job, quiet=False):
@@ -431,7 +436,8 @@ def parse(argv):
     ap.add_argument("--start-timeout", type=float, default=1800, metavar="SEC",
                     help="the same while the nodes start and register (default 1800)")
     ap.add_argument("--host", default=None,
-                    help="the scheduler's address (default 127.0.0.1; with -H, this machine's address)")
+                    help="the scheduler's address (default 127.0.0.1; with -H, this machine's address on the "
+                         "route to the first host)")
     ap.add_argument("-H", "--hostfile", help="run servers and workers over ssh on these hosts (one per line)")
     ap.add_argument("--ssh-port", type=int, default=None, help="ssh port of the hosts (default: ssh's own)")
     ap.add_argument("--emulate-hosts", type=int, default=0, metavar="N",
