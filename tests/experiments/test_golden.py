@@ -26,7 +26,8 @@ GOLDEN = {"loss": 0.7146001302947601, "test_accuracy": 0.9406,
 def test_the_golden_run_gives_the_pinned_numbers_exactly():
     """The golden run as reproduce.py makes it beside every portable sweep (train.py with the
     config's `numerics: portable`, no CDSGD_NUMERICS): the quick fig6 sweep's, which
-    test_reproduce.py checks too (one run for both: tests/jobcache.py)."""
+    test_reproduce.py checks too (one run for both: tests/jobcache.py).
+    Slow: whichever of the two tests runs first pays for the sweep (about 65 s on 2 cores)."""
     from test_reproduce import fig6_quick
     sweep, proc = fig6_quick()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -28,6 +28,8 @@ def fig6_quick():
 @pytest.mark.xdist_group("fig6-quick")  # shares its run with other tests (tests/jobcache.py)
 @pytest.mark.slow
 def test_fig6_quick_writes_logs_plots_and_table():
+    """Slow: the quick sweep (shared with test_golden.py, which pays for it when it runs first)
+    takes about 65 s on 2 cores."""
     out, proc = fig6_quick()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     table = open(os.path.join(out, "fig6.md")).read()
