@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 
-from cdsgd_mx.cluster.launch import RATE_RE, process_state
+from cdsgd_mx.cluster.launch import RATE_RE, netem_unavailable, process_state
 
 SUBNET = "10.213.0."      # the cluster network: the login node at .1, host i at .(11 + i)
 MGMT_SUBNET = "10.214.0."  # each host's unconnected management interface
@@ -360,7 +360,7 @@ def inside(args):
 
 def outside(args, argv):
     """Start the login node's namespace with this module inside it; pass signals on."""
-    why = unavailable()
+    why = unavailable() or (netem_unavailable() if args.latency else None)
     if why:
         print("cdsgd_mx.cluster.emulate: %s" % why, file=sys.stderr)
         return 1

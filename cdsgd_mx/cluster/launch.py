@@ -411,9 +411,22 @@ def netns_unavailable():
     return None
 
 
+def netem_unavailable():
+    """None where tc's netem (the delay of --latency) works here, else why not (one line).
+    Some kernels are built without it (CONFIG_NET_SCH_NETEM unset, as the 2-core VMs this
+    project is measured on): tc then fails with 'Specified qdisc kind is unknown'."""
+    probe = subprocess.run(["unshare", "-n", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+                           capture_output=True, text=True)
+    if probe.returncode == 0:
+        return None
+    return ("--latency needs the kernel's netem queueing discipline (CONFIG_NET_SCH_NETEM), and this kernel "
+            "has none (tc: %s); leave --latency out, or run on a kernel with netem"
+            % (probe.stderr.strip().splitlines() or ["exit %d" % probe.returncode])[-1])
+
+
 def reexec_in_netns(args, argv):
     """Run this launcher again inside `unshare -n` with a shaped loopback."""
-    why = netns_unavailable()
+    why = netns_unavailable() or (netem_unavailable() if args.latency else None)
     if why:
         sys.exit("launch: " + why)
     inner = [sys.executable, "-m", "cdsgd_mx.launch"] + argv

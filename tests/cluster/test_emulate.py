@@ -116,6 +116,38 @@ def test_the_nic_model_full_duplex_per_host_and_shared_by_senders_into_one_host(
     assert 85 <= sum(rates["into_one"]) <= 102 and all(r <= 65 for r in rates["into_one"]), rates
 
 
+NETEM_WHY = None if WHY else emulate.netem_unavailable()
+
+
+@needs_hosts
+@pytest.mark.skipif(NETEM_WHY is not None, reason=NETEM_WHY or "")
+def test_latency_is_added_on_each_end_of_each_link():
+    """--latency 10: a TCP connect (one round trip) from the login node to a host crosses one
+    link end each way (about 20 ms), from one host to another two each way (about 40 ms)."""
+    proc = run_emulated(2, [sys.executable, str(HERE / "latency_probe.py")], "--latency", "10")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rtt = json.loads(proc.stdout.splitlines()[-1])
+    assert 19 <= rtt["login_host"] <= 26 and 39 <= rtt["host_host"] <= 50, rtt
+    proc = run_emulated(2, [sys.executable, str(HERE / "latency_probe.py")])
+    rtt = json.loads(proc.stdout.splitlines()[-1])
+    assert rtt["login_host"] < 5 and rtt["host_host"] < 5, rtt
+
+
+@pytest.mark.skipif(WHY is not None or NETEM_WHY is None,
+                    reason=WHY or "this kernel has netem: --latency works here (the test above)")
+def test_latency_without_netem_stops_in_one_line_before_any_host_exists():
+    """A kernel built without netem (as this project's 2-core VMs) cannot delay packets: the
+    emulator and the launcher say so in one line, before any host is made, instead of a tc
+    error halfway through."""
+    for cmd in ([sys.executable, "-m", "cdsgd_mx.cluster.emulate", "--hosts", "2", "--latency", "10", "--", "true"],
+                [sys.executable, "-m", "cdsgd_mx.launch", "-n", "1", "-s", "1", "--latency", "5", "--", "true"],
+                [sys.executable, "-m", "cdsgd_mx.launch", "-n", "1", "-s", "1", "--emulate-hosts", "2", "--latency", "5",
+                 "--", "true"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "--latency needs the kernel's netem" in proc.stderr, proc.stderr
+
+
 def engine_job(tmp_path, alg, workers, servers, hosts, *launch_extra):
     out = tmp_path / alg
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(workers), "-s", str(servers), "--emulate-hosts",
