@@ -14,7 +14,9 @@ job under the launcher. Two network models (--network):
           bottleneck is then the servers' NICs, each taking W pushes in and sending W pulls out
           at once, as on a cluster. Shown as LINK/hosts. A round is
 communication alone: every gradient pushed (random values drawn once; no forward/backward),
-the servers' SGD with momentum applied, the new weights pulled and waited for. After a few
+the servers' SGD with momentum applied, the new weights pulled and waited for (--grads fresh:
+a new gradient draw each round, and the round waited for as the next forward waits for it, on
+the weights; fixed, the default: one draw, and every engine operation waited for). After a few
 untimed rounds (registration, warm-up), --rounds rounds are timed on every worker; the figure
 is the largest over the workers. MXNET_KVSTORE_BIGARRAY_BOUND=1000000 for every job.
 
@@ -69,10 +71,11 @@ import subprocess
 import sys
 import time
 
-from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable
+from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable, rate_bits
 from cdsgd_mx.cluster import emulate
 from cdsgd_mx.experiments import provenance
 from cdsgd_mx.bench import mark_fresh
+from cdsgd_mx.server import stages
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
 EXTRA_SYSTEMS = ["paired", "paired_pull", "paired_sum", "ssgd_percall", "bitsgd_percall"]  # by name; under the table
@@ -88,16 +91,9 @@ ROUND_NAMES = {"paired": ("ssgd", "bitsgd"), "paired_pull": ("bitsgd", "bitsgd_2
 BATCH = 32            # only rescales the gradients (rescale_grad = 1/batch)
 WARMUP_ROUNDS = 4     # untimed rounds first: registration, buffers, connections
 OPTIMIZER = {"learning_rate": 0.01, "momentum": 0.9}
-BITS_PER_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-                 "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}  # tc: bps is bytes per second
+FRESH_POOL = 3        # --grads fresh: gradient draws taken in turn, one per round
 RATIOS = [("bitsgd", "stock_2bit"), ("ssgd", "stock_fp32"), ("bitsgd", "ssgd"), ("bitsgd_2bit", "bitsgd"),
           ("bitsgd_2bit", "stock_2bit")]
-
-
-def rate_bits(link):
-    """Bits per second of a tc rate string ('1gbit' -> 1e9)."""
-    m = re.match(r"^([\d.]+)([a-z]+)$", link.lower())
-    return float(m.group(1)) * BITS_PER_UNIT[m.group(2)]
 
 
 def build_model(name):
@@ -132,7 +128,9 @@ def worker(args):
     net = build_model(args.models)
     params = [p for p in net.collect_params().values() if p.grad_req != "null"]
     rng = np.random.RandomState(1 + int(os.environ.get("CDSGD_LAUNCH_INDEX", "0")))
-    grads = [mx.nd.array(0.1 * rng.randn(*p.shape).astype(np.float32)) for p in params]
+    draw = lambda: [mx.nd.array(0.1 * rng.randn(*p.shape).astype(np.float32)) for p in params]
+    pool = [draw() for _ in range(FRESH_POOL if args.grads == "fresh" else 1)]
+    grads = list(pool[0])  # this round's gradients (stock_2bit pushes them; the Trainers read p.grad())
     trainer = kv = None
     if args.system == "stock_2bit":
         kv = mx.kv.create("dist_sync")
@@ -147,7 +145,7 @@ def worker(args):
                 kv.push(i, g, priority=-i)
             for i, d in enumerate(data):
                 kv.pull(i, out=d, priority=-i)
-            mx.nd.waitall()
+            wait()
     else:
         if args.system == "stock_fp32":
             trainer = mx.gluon.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync")
@@ -179,10 +177,34 @@ def worker(args):
                 alternate(trainer.kvstore, args.system)
             mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
             trainer.step(BATCH)
+            wait()
+
+    weights = [p.data() for p in params]
+
+    def wait():
+        """The end of a round: with fixed gradients, every operation on the engine; with fresh
+        ones, what the next forward would wait for, the weights."""
+        if args.grads == "fresh":
+            for w in weights:
+                w.wait_to_read()
+        else:
             mx.nd.waitall()
 
+    def load(r):
+        """Before round r, untimed: its gradients in place and written, as backward leaves them
+        (fresh: the next of FRESH_POOL draws; fixed: nothing, the same gradients every round)."""
+        if args.grads != "fresh":
+            return
+        grads[:] = pool[r % len(pool)]
+        if kv is None:
+            for p, g in zip(params, grads):
+                g.copyto(p.grad())
+        for g in ([p.grad() for p in params] if kv is None else grads):
+            g.wait_to_read()
+
     pushed = lambda: trainer._kvstore.bytes_pushed if args.system in OUR_JOBS else 0
-    for _ in range(WARMUP_ROUNDS):
+    for r in range(WARMUP_ROUNDS):
+        load(r)
         one_round()
     if args.system.startswith("cdsgd"):
         trainer.kvstore.wait_all()
@@ -191,6 +213,7 @@ def worker(args):
     if args.system in ALTERNATING:  # WARMUP_ROUNDS is even: the timed rounds start with the even kind
         kinds = {False: [], True: []}
         for t in range(2 * args.rounds):
+            load(t)
             t0 = time.perf_counter()
             one_round()
             kinds[t % 2 == 1].append(1e3 * (time.perf_counter() - t0))
@@ -205,14 +228,16 @@ def worker(args):
         return
     if args.system.startswith("cdsgd"):  # delayed: back-to-back steps, waited once at the end
         t0 = time.perf_counter()
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
+            load(r)  # (timed here: backward writes the gradients while the last round is in flight)
             mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
             trainer.step(BATCH)
         trainer.kvstore.wait_all()
         mx.nd.waitall()
         ms = 1e3 * (time.perf_counter() - t0) / args.rounds
     else:
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
+            load(r)
             t0 = time.perf_counter()
             one_round()
             times.append(1e3 * (time.perf_counter() - t0))
@@ -280,12 +305,12 @@ def run_job(args, model, label, system):
     if system.startswith("stock"):
         cmd.append("--stock-server")
     cmd += ["--", py, "-m", "cdsgd_mx.bench.comm", "--worker", "--system", system, "--models", model,
-            "--rounds", str(args.rounds)]
+            "--rounds", str(args.rounds), "--grads", args.grads]
     if args.bucket_size:
         cmd += ["--bucket-size", str(args.bucket_size)]
     if args.trace and system in OUR_JOBS:
         cmd += ["--trace", os.path.abspath(args.trace), "--link", label.replace("/", "-")]
-    env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND="1000000", CDSGD_PROOF_STATS="1")
+    env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND="1000000", CDSGD_PROOF_STATS="1", **{stages.ENV: "1"})
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     found = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
     if proc.returncode != 0 or len(found) < args.workers:
@@ -300,6 +325,13 @@ def run_job(args, model, label, system):
         result["spans"] = [span_medians(trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"]),
                                         WARMUP_ROUNDS)
                            for r in result["workers"]]
+    found_stages = [json.loads(l.split(stages.LINE, 1)[1]) for l in proc.stdout.splitlines() if stages.LINE in l]
+    if found_stages:  # the busiest server's compressed rounds, stage by stage: ms per round of the job
+        rounds = WARMUP_ROUNDS + args.rounds * (2 if system in ALTERNATING else 1)
+        busiest = max(found_stages, key=lambda st: sum(st["wall"].values()))
+        result["server_stages"] = {name: {"ms": 1e3 * busiest["wall"][name] / rounds,
+                                          "cpu_ms": 1e3 * busiest["cpu"][name] / rounds}
+                                   for name in busiest["wall"]}
     proofs = [json.loads(l.split("PROOF_STATS ", 1)[1]) for l in proc.stdout.splitlines() if "PROOF_STATS " in l]
     if proofs:  # the servers' proof checks, per round of one bucket, measured in the job itself
         result["server_proof_us"] = 1e6 * sum(p["seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
@@ -339,6 +371,16 @@ def print_spans(args, results):
                         "%s %.2f" % kv for kv in order)))
     if lines:
         print("\nwhere the rounds went (--trace %s): median ms per round of each span, timed rounds only" % args.trace)
+        for line in lines:
+            print(line)
+    lines = ["  %s %s %s: %s" % (model, link, system, ", ".join(
+        "%s %.2f (cpu %.2f)" % (name, st["ms"], st["cpu_ms"])
+        for name, st in sorted(r["server_stages"].items(), key=lambda kv: -kv[1]["ms"])))
+        for (model, link), res in results.items() for system, r in res.items()
+        if isinstance(r, dict) and r.get("server_stages")]
+    if lines:
+        print("\nthe busiest server's compressed rounds, stage by stage: ms per round (wall, and its thread's CPU), "
+              "mean over the job's rounds")
         for line in lines:
             print(line)
 
@@ -434,7 +476,8 @@ def print_proof_costs(args, results):
         shares = []
         for link in args.bandwidth:
             for system in OURS:
-                r = results.get((model, link), {}).get(system, {})
+                res = results.get((model, link), {})
+                r = res.get(system) or {"skipped": res.get("skipped") or "not run"}
                 if r.get("ms") and r.get("server_proof_us") is not None:
                     us = path_us + r["server_proof_us"] * plan_buckets
                     cpu = path_us + r["server_proof_cpu_us"] * plan_buckets
@@ -509,12 +552,61 @@ def print_table(args, infos, results):
     full = [r for r in rows if len(r) == len(head)]
     widths = [max([len(h)] + [len(r[i]) for r in full]) for i, h in enumerate(head)]
     print("\nms per communication round, %d workers, %d server(s), %d timed rounds (cdsgd: mean per "
-          "back-to-back step; others: median of waited rounds; max over workers)" % (args.workers, args.servers, args.rounds))
+          "back-to-back step; others: median of waited rounds; max over workers; %s gradients)"
+          % (args.workers, args.servers, args.rounds, args.grads))
     print(" | ".join(h.rjust(w) for h, w in zip(head, widths)))
     for r in rows:
         print(" | ".join(c.rjust(w) for c, w in zip(r, widths)) if len(r) == len(head) else " | ".join(r))
     for n in notes:
         print("  " + n)
+
+
+# -- --check: the speed goals of issue 47, before a change is submitted -------------------------
+CHECK = {"models": ["inception_bn", "resnet20"], "bandwidth": ["1gbit", "10gbit"],
+         "systems": ["ssgd", "bitsgd", "bitsgd_2bit"], "rounds": 20, "grads": "fresh", "repeats": 3}
+# (a, b, model or None for any, link) -> the largest a / b allowed
+CHECK_GOALS = [("bitsgd_2bit", "bitsgd", "inception_bn", "1gbit", 0.15),
+               ("bitsgd_2bit", "bitsgd", "resnet20", "1gbit", 0.4),
+               ("bitsgd_2bit", "bitsgd", None, "10gbit", 0.9),
+               ("bitsgd", "ssgd", None, "1gbit", 1.0), ("bitsgd", "ssgd", None, "10gbit", 1.0)]
+CHECK_NAMES = {("bitsgd_2bit", "bitsgd"): "BIT-SGD both ways / one way", ("bitsgd", "ssgd"): "our 2-bit / our fp32 round"}
+
+
+def run_check(args):
+    """Each system's job CHECK["repeats"] times, the repeats in turn (so that drift on the
+    machine hits every system alike); each ratio of the medians over the jobs beside its goal.
+    Separate jobs, as a user's training runs them: a job that alternates two kinds of round
+    (paired_pull) starts each short both-ways round right after a long fp32 pull. Returns the
+    number of goals missed (a job that failed counts as missed)."""
+    jobs = [(m, l, sy) for m in args.models for l in args.bandwidth for sy in args.systems]
+    total = len(jobs) * CHECK["repeats"]
+    ms = {}
+    for rep in range(CHECK["repeats"]):
+        for n, (model, link, system) in enumerate(jobs, 1 + rep * len(jobs)):
+            print("[%d/%d] %s %s %s ..." % (n, total, model, link, system), end=" ", flush=True)
+            r = run_job(args, model, link, system)
+            ms.setdefault((model, link, system), []).append(r.get("ms"))
+            print(("%.1f ms" % r["ms"]) if "ms" in r else "failed: " + r["error"], flush=True)
+    print("\n--check: %d jobs of each system (%d timed rounds each, %d workers, %d server(s), %s gradients, the "
+          "servers' SGD with momentum %g); ratio of the median job times (each repeat's ratio in brackets)"
+          % (CHECK["repeats"], args.rounds, args.workers, args.servers, args.grads, OPTIMIZER["momentum"]))
+    missed = 0
+    for a, b, only, link, goal in CHECK_GOALS:
+        for model in args.models:
+            if only not in (None, model) or link not in args.bandwidth:
+                continue
+            ta, tb = ms[(model, link, a)], ms[(model, link, b)]
+            if None in ta or None in tb:
+                missed += 1
+                print("  %-28s %-12s %-7s a job failed" % (CHECK_NAMES[(a, b)], model, link))
+                continue
+            ratio = statistics.median(ta) / statistics.median(tb)
+            missed += ratio > goal
+            print("  %-28s %-12s %-7s %5.2f (%s)  goal <= %.2f: %s" % (
+                CHECK_NAMES[(a, b)], model, link, ratio, ", ".join("%.2f" % (x / y) for x, y in zip(ta, tb)), goal,
+                "met" if ratio <= goal else "NOT MET"))
+    print("--check: %s" % ("all goals met" if not missed else "%d goal(s) not met" % missed))
+    return missed
 
 
 def leader(args):
@@ -550,7 +642,7 @@ def leader(args):
     print_spans(args, results)
     print_proof_costs(args, results)
     if args.json:
-        out = {"workers": args.workers, "servers": args.servers, "rounds": args.rounds,
+        out = {"workers": args.workers, "servers": args.servers, "rounds": args.rounds, "grads": args.grads,
                "bucket_size": args.bucket_size, "models": infos, "runs": []}
         for (model, link), res in results.items():
             fp32, bit2, both = bounds(infos[model], link, args.workers, args.servers)
@@ -563,6 +655,7 @@ def leader(args):
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
         print("wrote %s" % args.json)
+    return 0
 
 
 def main(argv=None):
@@ -582,10 +675,24 @@ def main(argv=None):
     ap.add_argument("--json", default=None, metavar="PATH", help="write every number to PATH")
     ap.add_argument("--trace", default=None, metavar="DIR",
                     help="the project's workers write chrome traces to DIR; span medians are printed")
+    ap.add_argument("--grads", default="fixed", choices=("fixed", "fresh"),
+                    help="fixed: one gradient draw pushed every round, a round waited with waitall "
+                         "(the figures in docs/performance.md before issue 47); fresh: a new draw each "
+                         "round written before it (untimed), a round waited for as the next forward "
+                         "waits, on the weights (default %(default)s)")
+    ap.add_argument("--check", action="store_true",
+                    help="the speed goals (issue 47): BIT-SGD both ways / one way and our 2-bit / fp32 round, "
+                         "Inception-BN and ResNet-20 at 1 and 10 Gbit/s, 3 jobs per system, fresh gradients, "
+                         "2 workers + 1 server; prints each ratio beside its goal, exits 1 if one is missed "
+                         "(about 3 minutes on 2 cores; sets every other option)")
     ap.add_argument("--link", default="none", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
+    if args.check:
+        args.models, args.bandwidth, args.systems = (",".join(CHECK[k]) for k in ("models", "bandwidth", "systems"))
+        args.rounds, args.grads, args.network = CHECK["rounds"], CHECK["grads"], "shared"
+        args.workers, args.servers = 2, 1
 
     def fail(msg):
         sys.stderr.write("bench.comm: %s\n" % msg)
@@ -612,8 +719,10 @@ def main(argv=None):
         value = getattr(args, opt)
         if value is not None and value < 1:
             fail("--%s must be >= 1, got %r" % (opt.replace("_", "-"), value))
-    leader(args)
+    if args.check:
+        return 1 if run_check(args) else 0
+    return leader(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 
-from cdsgd_mx.cluster.launch import RATE_RE, netem_unavailable, process_state
+from cdsgd_mx.cluster.launch import RATE_RE, netem_unavailable, process_state, shaping_burst
 
 SUBNET = "10.213.0."      # the cluster network: the login node at .1, host i at .(11 + i)
 MGMT_SUBNET = "10.214.0."  # each host's unconnected management interface
@@ -123,9 +123,9 @@ def shaping(dev, rate, latency, netns=None):
     if latency:  # netem delays and, with rate, paces; its queue is long enough for a window
         cmd = ["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "%gms" % latency, "limit", "100000"]
         sh(*(cmd + (["rate", rate] if rate else [])), netns=netns)
-    else:  # tbf: the burst well above the MTU (else full-size packets are dropped), small against a second
-        sh("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "256kb", "latency", "100ms",
-           netns=netns)
+    else:  # tbf: the burst above the MTU (else full-size packets are dropped), small against a round
+        sh("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", str(shaping_burst(rate)),
+           "latency", "100ms", netns=netns)
 
 
 class Cluster:

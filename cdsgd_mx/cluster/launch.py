@@ -62,6 +62,27 @@ EXIT_STALL = heartbeat.EXIT_STALL  # 75, EX_TEMPFAIL: the job stalled (a node st
 SELF_WATCH_BEHIND = 60.0  # seconds the nodes' own stall watch waits beyond the launcher's
 EXIT_UNEVEN = 1  # uneven steps: the script's own bug, no restart gets past it
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
+BITS_PER_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+                 "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}  # tc: bps is bytes per second
+BURST_SECONDS = 1e-3  # a shaped link's idle credit, as time at its rate (shaping_burst)
+
+
+def rate_bits(rate):
+    """Bits per second of a tc rate string ('1gbit' -> 1e9)."""
+    m = re.match(r"^([\d.]+)([a-z]+)$", rate.lower())
+    return float(m.group(1)) * BITS_PER_UNIT[m.group(2)]
+
+
+def shaping_burst(rate):
+    """Bytes of tc tbf's burst for a link of RATE. tbf saves up to `burst` bytes of credit while
+    the link is idle and then sends them at the machine's speed, so a round that follows a pause
+    (a forward/backward, a short 2-bit round's CPU work) finds a link faster than RATE; a NIC
+    saves nothing. 1 MB, as before, was 8 ms of credit at 1 Gbit/s and 84 ms at 100 Mbit/s, most
+    of a 2-bit round's wire time. So: 1 ms at the rate, at least 16 KB. Less is not a NIC either:
+    with 0.2 ms, two opposite 1 Gbit/s flows through an emulated host's NIC fell to 620-650 Mbit/s
+    each on 2 busy cores (tbf then waits on timers for every few packets), 0.5 ms 790-810, 1 ms
+    955, as one flow alone (tests/cluster/nic_probe.py)."""
+    return max(16 * 1024, int(rate_bits(rate) / 8 * BURST_SECONDS))
 
 
 def describe_exit(code):
@@ -393,7 +414,8 @@ def netns_prelude(args):
     if args.bandwidth and args.latency:
         lines.append("tc qdisc add dev lo root netem delay %gms rate %s limit 100000" % (args.latency, args.bandwidth))
     elif args.bandwidth:
-        lines.append("tc qdisc add dev lo root tbf rate %s burst 1mb latency 100ms" % args.bandwidth)
+        lines.append("tc qdisc add dev lo root tbf rate %s burst %d latency 100ms"
+                     % (args.bandwidth, shaping_burst(args.bandwidth)))
     elif args.latency:
         lines.append("tc qdisc add dev lo root netem delay %gms limit 100000" % args.latency)
     return "\n".join(lines)

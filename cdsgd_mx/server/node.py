@@ -69,6 +69,7 @@ from cdsgd_mx.mxnet_import import import_mxnet
 from cdsgd_mx.wire.proofs import FP32, FP32_TRACKED
 from cdsgd_mx.wire.pull_compression import PULL_2BIT, ServerCopies
 from cdsgd_mx.server.global_update import GlobalUpdate
+from cdsgd_mx.server.stages import Stages
 
 COMMAND_PREFIX = "cdsgd:"
 START_MESSAGE = "cdsgd-start"  # rank 0's first message: it only makes MXNet call the controller
@@ -108,6 +109,8 @@ class ServerState:
         self.region = self.proofs.region
         self.update = GlobalUpdate()  # the global optimizer and its states (server_update.py)
         self.copies = ServerCopies()  # 2-bit pulls: V per bucket and its down payload (pull_compression.py)
+        self.stages = Stages.from_env()  # where compressed rounds go (CDSGD_SERVER_STATS: bench.comm)
+        self.copies.stages = self.stages
         self.downs = {}           # down key -> (weight key, n): registered with 2-bit pulls
         self.tracked_next = set()  # in process (no proofs): weight keys whose next fp32 round is tracked
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
@@ -372,10 +375,13 @@ class ServerState:
     def apply_payload(self, pk, rows, row_ids):
         """rows: [r, m] wire floats, one row per worker that pushed (row_ids: their ranks)."""
         wk, n, threshold = self.payloads[pk]
+        t = self.stages.start()
         wire = rows if isinstance(rows, np.ndarray) else rows.asnumpy()
         pull = wk in self.copies  # (2-bit pulls: the rows carry a pull flag after the codes)
+        t = self.stages.lap("rows", t)
         if self.region and not self.proofs.proven_rows(pk, wk, n, wire, row_ids, int(pull)):  # first: anyone can push
             return
+        t = self.stages.lap("proof", t)
         if wk not in self.weights:
             raise RuntimeError("payload key %d arrived before weight key %d was registered" % (pk, wk))
         weight = self.weights[wk]
@@ -389,11 +395,14 @@ class ServerState:
                 raise ValueError("payload key %d: the workers ask for different pulls in one round (flags %s)"
                                  % (pk, sorted(flags)))
         self.update.apply_codes(pk, wk, weight, wire, n, threshold)
-        if pull:  # the codes of W(t+1) - V for the workers' pull, or V := W
+        t = self.stages.lap("decode + update", t)
+        if pull:  # the codes of W(t+1) - V for the workers' pull, or V := W (its stages: pull_compression.py)
             self.copies.after_update(wk, weight, flags.pop())
+            t = self.stages.start()
         if self.region:
             self.proofs.count_round(wk, weight, n, self.copies.count_place(wk))
             self._log_copy(wk)
+        self.stages.lap("count", t)
 
     def _log_copy(self, wk):
         if self.copy_log and wk in self.copies:
@@ -491,6 +500,8 @@ def run_node():
     proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     ctrl = proto(_controller(state, kv))
     check_call(_LIB.MXKVStoreRunServer(kv.handle, ctrl, None))
+    if state.stages.report():  # python -m cdsgd_mx.bench.comm asks
+        print(state.stages.report(), flush=True)
     if os.environ.get("CDSGD_PROOF_STATS") and state.proofs.counted:  # python -m cdsgd_mx.bench.comm asks
         p = state.proofs
         print("PROOF_STATS %s" % json.dumps({"rounds": p.counted, "seconds": p.seconds, "cpu_seconds": p.cpu_seconds}),

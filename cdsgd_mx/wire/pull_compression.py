@@ -50,6 +50,7 @@ count_place(wk) / values() / restore(values). A worker's side: worker/pull_decod
 import numpy as np
 
 from cdsgd_mx import codec
+from cdsgd_mx.server.stages import Stages
 
 NORMS = 2        # floats after the scales: ||W - V||^2, ||W||^2
 PULL_FP32 = 1.0  # the flag in a payload row: this round pulls fp32 W (re-sync: V := W)
@@ -97,6 +98,7 @@ class ServerCopies:
         self.prev, self._aim = {}, {}  # per weight key: W after the round before, and the aim A
         self.lookahead = 0.0  # the global optimizer's momentum (server/node.py sets it with the optimizer)
         self._out = {}      # weight key -> capsules of its down key's stored codes and tail (_payload)
+        self.stages = Stages(False)  # where a round's time goes (server/stages.py; the server sets its own)
 
     def register(self, dk, wk, n, pieces, stored, weight):
         """The down key's stored array (MXNet keeps it for the job's life; pulls read it), the
@@ -145,6 +147,7 @@ class ServerCopies:
         if flag != PULL_2BIT:
             raise ValueError("a payload row of key %d asks for pull %r (allowed: %g fp32, %g 2-bit)"
                              % (wk, flag, PULL_FP32, PULL_2BIT))
+        t = self.stages.start()
         v, tail, pieces = self.v[wk], self._tail[wk], self._pieces[wk]
         codes_out, tail_out = self._payload(wk)
         w = weight[0:v.size]  # read in place through DLPack (asnumpy's copy costs 1 ms per 1M values)
@@ -154,6 +157,7 @@ class ServerCopies:
         else:
             aim = self._aim[wk]
             codec.pull_target(w, self.prev[wk], aim, self.lookahead)  # A = W + mu (W - prev); prev = W
+        t = self.stages.lap("aim", t)
         # the steps, the codes of (A - V) / s_p at 1/2, V += code * s_p and the wire words, in
         # native passes: the very float32 operations every worker's decode makes, so V stays
         # bit-identical everywhere
@@ -162,6 +166,7 @@ class ServerCopies:
         except FloatingPointError:
             raise FloatingPointError("the global weights of key %d are not finite: nothing to send to the workers" % wk)
         tail[:len(pieces)] = scales
+        t = self.stages.lap("encode pull", t)
         self._rounds[wk] += 1
         if self._rounds[wk] % NORMS_EVERY == 1:  # the error left, W - V, and W
             e = self._e[wk]
@@ -170,6 +175,7 @@ class ServerCopies:
             np.subtract(e, v, out=e)
             tail[-NORMS:] = (np.einsum("i,i->", e, e, dtype=np.float64), w2)
         codec.copy(tail, tail_out)
+        self.stages.lap("norms + tail", t)
 
     def resync(self, wk, weight):
         """V := W (the workers pull W itself this round)."""

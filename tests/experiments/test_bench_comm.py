@@ -107,14 +107,22 @@ def test_paired_sum_times_arrival_and_rank_order_fp32_rounds_in_one_job(tmp_path
 
 def test_both_ways_systems_pull_a_quarter_byte_per_value(tmp_path):
     """bitsgd_2bit and paired_pull (issue 29): their rounds run, push what bitsgd pushes plus one
-    pull flag per bucket, and the table prints the both-ways wire bound beside the others."""
+    pull flag per bucket, and the table prints the both-ways wire bound beside the others. With
+    fresh gradients each round (issue 47), and the server's stages of a compressed round printed."""
     out, traces = tmp_path / "both.json", tmp_path / "traces"
     proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
                            "--rounds", "4", "--systems", "stock_2bit,bitsgd,bitsgd_2bit,cdsgd_2bit,paired_pull",
-                           "--bucket-size", "20000", "--json", str(out), "--trace", str(traces)],
+                           "--bucket-size", "20000", "--json", str(out), "--trace", str(traces), "--grads", "fresh"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    run = json.loads(out.read_text())["runs"][0]
+    data = json.loads(out.read_text())
+    run = data["runs"][0]
+    assert data["grads"] == "fresh" and "; fresh gradients)" in proc.stdout
+    # the server's stages: a both-ways round aims and encodes the pull (momentum 0.9), one way does not
+    both, one = run["systems"]["bitsgd_2bit"]["server_stages"], run["systems"]["bitsgd"]["server_stages"]
+    assert all(both[k]["ms"] > 0 for k in ("decode + update", "aim", "encode pull", "proof")), both
+    assert "aim" not in one and one["decode + update"]["ms"] > 0, one
+    assert "lenet5 none bitsgd_2bit: decode + update" in proc.stdout.split("stage by stage")[1]
     assert "both bound" in proc.stdout and "bitsgd_2bit/bitsgd" in proc.stdout
     sizes = [int(q.data().size) for q in build_model("lenet5").collect_params().values() if q.grad_req != "null"]
     buckets = len(plan(list(enumerate(sizes)), 20000, 2, 1, protocol.Keys(1)))
@@ -163,3 +171,33 @@ def test_bad_arguments_get_one_line(args, message):
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_check_compares_each_ratio_of_median_jobs_with_its_goal(monkeypatch, capsys):
+    """--check's verdicts (bench.comm.run_check), with the jobs' times given: the median over the
+    repeats of each system, a goal missed by a hair counts, and a failed job is a miss."""
+    from cdsgd_mx.bench import comm
+    times = {"ssgd": [100.0, 90.0, 300.0], "bitsgd": [50.0, 60.0, 55.0], "bitsgd_2bit": [8.0, 9.0, 8.5]}
+    calls = []
+
+    def job(args, model, link, system):
+        calls.append((model, link, system))
+        t = times[system][sum(1 for c in calls if c == (model, link, system)) - 1]
+        if model == "resnet20" and link == "10gbit":
+            t = {"ssgd": 10.0, "bitsgd": 10.05, "bitsgd_2bit": 5.0}[system]  # 2-bit 0.5% slower than fp32
+        return {"ms": t}
+    monkeypatch.setattr(comm, "run_job", job)
+    args = comm.argparse.Namespace(models=comm.CHECK["models"], bandwidth=comm.CHECK["bandwidth"], rounds=20,
+                                   workers=2, servers=1, grads="fresh", systems=comm.CHECK["systems"])
+    assert comm.run_check(args) == 2
+    out = capsys.readouterr().out
+    assert len(calls) == 2 * 2 * 3 * comm.CHECK["repeats"]
+    assert calls[:3] == [("inception_bn", "1gbit", s) for s in ("ssgd", "bitsgd", "bitsgd_2bit")]
+    # medians: 2-bit 55, fp32 100, both ways 8.5: 8.5 / 55 = 0.15 (0.1545 > 0.15: missed)
+    assert "BIT-SGD both ways / one way  inception_bn 1gbit    0.15 (0.16, 0.15, 0.15)  goal <= 0.15: NOT MET" in out
+    assert "our 2-bit / our fp32 round   inception_bn 1gbit    0.55 (0.50, 0.67, 0.18)  goal <= 1.00: met" in out
+    assert "our 2-bit / our fp32 round   resnet20     10gbit   1.01 (1.01, 1.01, 1.01)  goal <= 1.00: NOT MET" in out
+    assert out.strip().endswith("--check: 2 goal(s) not met")
+    monkeypatch.setattr(comm, "run_job", lambda *a: {"error": "boom"})
+    assert comm.run_check(args) == 8  # every goal
+    assert "a job failed" in capsys.readouterr().out

@@ -1,0 +1,45 @@
+"""Where a server's rounds go, stage by stage: wall and CPU seconds per stage of a compressed
+round (proof check, decode + global update, the aim, the pull's encode, the round count), summed
+over the job. Off unless CDSGD_SERVER_STATS is set (python -m cdsgd_mx.bench.comm sets it and
+prints the medians); on, it costs two clock reads per stage.
+
+    stages = Stages.from_env()
+    t = stages.start()
+    ... the stage ...
+    t = stages.lap("decode + update", t)   # the next stage starts here
+"""
+import json
+import os
+import time
+
+ENV = "CDSGD_SERVER_STATS"
+LINE = "SERVER_STAGES "  # the line a server prints at its end: LINE + json
+
+
+class Stages:
+    def __init__(self, on):
+        self.on = on
+        self.wall, self.cpu, self.calls = {}, {}, {}
+
+    @classmethod
+    def from_env(cls):
+        return cls(bool(os.environ.get(ENV)))
+
+    def start(self):
+        return (time.perf_counter(), time.thread_time()) if self.on else None
+
+    def lap(self, name, since):
+        """Add the time since `since` to stage `name`; the new start."""
+        if not self.on:
+            return None
+        now = (time.perf_counter(), time.thread_time())
+        self.wall[name] = self.wall.get(name, 0.0) + now[0] - since[0]
+        self.cpu[name] = self.cpu.get(name, 0.0) + now[1] - since[1]
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return now
+
+    def report(self):
+        """The line to print at the end, or None when off or nothing was timed."""
+        if not self.on or not self.calls:
+            return None
+        return LINE + json.dumps({"wall": self.wall, "cpu": self.cpu, "calls": self.calls})
