@@ -141,6 +141,12 @@ def pull_scales(w, v, pieces):
     return _native.pull_scales(_array(w, False), _array(v, False), pieces)
 
 
+def pull_norms(w, v):
+    """(sum of (w - v)^2, sum of w^2): the float32 differences and w, squared and summed in float64
+    in a fixed order, in one pass (the norms a down payload carries). CPU only."""
+    return _native.pull_norms(_array(w, False), _array(v, False))
+
+
 def pull_target(w, prev, target, lookahead, threads=None):
     """Where a compressed pull aims: target = w + lookahead * (w - prev) in float32 (each
     operation rounded, as numpy's), then prev = w, in one pass. CPU only."""

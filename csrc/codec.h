@@ -73,6 +73,11 @@ constexpr float kPullThreshold = 0.5f;
 // float32; 1 where it is 0.
 void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t npieces, float* scales);
 
+// The norms a down payload carries for the workers' log: norms[0] = sum of (w - v)^2 (float32
+// differences), norms[1] = sum of w^2, each squared and summed in float64 in a fixed order, in
+// one pass over w and v.
+void pull_norms(const float* w, const float* v, int64_t n, double* norms);
+
 // The server's encode, one pass: per value e = w - v, x = e / s; code +1 where x >= 1/2, -1
 // where x <= -1/2, else 0; v += code * s; the codes written as ceil(n/16) ternary16 wire words.
 // (Computed as e against s / 2 wherever that gives the same codes: csrc/codec_cpu.cc.)

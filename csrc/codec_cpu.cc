@@ -542,6 +542,26 @@ void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t np
   }
 }
 
+void pull_norms(const float* w, const float* v, int64_t n, double* norms) {
+  double lane_e[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lane_w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) {
+      const double d = static_cast<double>(w[i + j] - v[i + j]), x = static_cast<double>(w[i + j]);
+      lane_e[j] += d * d;
+      lane_w[j] += x * x;
+    }
+  for (int j = 0; i < n; ++i, ++j) {
+    const double d = static_cast<double>(w[i] - v[i]), x = static_cast<double>(w[i]);
+    lane_e[j] += d * d;
+    lane_w[j] += x * x;
+  }
+  for (int k = 0; k < 2; ++k) {
+    const double* l = k == 0 ? lane_e : lane_w;
+    norms[k] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  }
+}
+
 void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64_t npieces, uint32_t* wire,
                  int threads) {
   parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {

@@ -359,6 +359,16 @@ std::vector<float> pull_encode(py::handle w, py::handle v, const std::vector<std
   return scales;
 }
 
+std::pair<double, double> pull_norms(py::handle w, py::handle v) {
+  auto [wv, vv] = pull_inputs(w, v, false);
+  double norms[2];
+  {
+    py::gil_scoped_release nogil;
+    cdsgd::pull_norms(static_cast<const float*>(wv.data), static_cast<const float*>(vv.data), vv.size, norms);
+  }
+  return {norms[0], norms[1]};
+}
+
 void pull_target(py::handle w, py::handle prev, py::handle target, float lookahead, int threads) {
   View wv = view("w", kFloat32, w, false), pv = view("prev", kFloat32, prev, true),
        tv = view("target", kFloat32, target, true);
@@ -627,6 +637,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("pull_scales", &pull_scales, py::arg("w"), py::arg("v"), py::arg("pieces"));
   m.def("pull_encode", &pull_encode, py::arg("w"), py::arg("v"), py::arg("pieces"), py::arg("wire"),
         py::arg("threads") = 0);
+  m.def("pull_norms", &pull_norms, py::arg("w"), py::arg("v"));
   m.def("pull_target", &pull_target, py::arg("w"), py::arg("prev"), py::arg("target"), py::arg("lookahead"),
         py::arg("threads"));
   m.def("pull_decode", &pull_decode, py::arg("wire"), py::arg("v"), py::arg("out"), py::arg("pieces"),

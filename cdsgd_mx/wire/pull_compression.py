@@ -94,7 +94,7 @@ class ServerCopies:
         self.stored = {}    # weight key -> the down key's whole stored array (its round count after the data)
         self._words = {}    # weight key -> its code words
         self._pieces = {}   # weight key -> [(begin, end)] of its parameters' pieces
-        self._e, self._tail, self._rounds = {}, {}, {}  # per weight key: W - V, the payload after its codes, rounds
+        self._tail, self._rounds = {}, {}  # per weight key: the payload after its codes, and its rounds
         self.prev, self._aim = {}, {}  # per weight key: W after the round before, and the aim A
         self.lookahead = 0.0  # the global optimizer's momentum (server/node.py sets it with the optimizer)
         self._out = {}      # weight key -> capsules of its down key's stored codes and tail (_payload)
@@ -107,7 +107,6 @@ class ServerCopies:
         self.stored[wk] = stored
         self._words[wk] = words
         self._pieces[wk] = [(int(b), int(e)) for b, e in pieces]
-        self._e[wk] = np.zeros(n, np.float32)
         self._tail[wk] = np.zeros(size - words, np.float32)  # the payload after its codes: [s_p | norms]
         self._out[wk] = None  # where the payload is written (_payload)
         self._rounds[wk] = 0
@@ -168,12 +167,8 @@ class ServerCopies:
         tail[:len(pieces)] = scales
         t = self.stages.lap("encode pull", t)
         self._rounds[wk] += 1
-        if self._rounds[wk] % NORMS_EVERY == 1:  # the error left, W - V, and W
-            e = self._e[wk]
-            codec.copy(w, e)
-            w2 = np.einsum("i,i->", e, e, dtype=np.float64)
-            np.subtract(e, v, out=e)
-            tail[-NORMS:] = (np.einsum("i,i->", e, e, dtype=np.float64), w2)
+        if self._rounds[wk] % NORMS_EVERY == 1:  # the error left, W - V, and W (one native pass)
+            tail[-NORMS:] = codec.pull_norms(w, v)
         codec.copy(tail, tail_out)
         self.stages.lap("norms + tail", t)
 

@@ -316,6 +316,33 @@ def test_each_parameter_has_its_own_scale():
     assert wire[words] > 10 * wire[words + 1] > 0  # the two scales, each its piece's
 
 
+def test_the_down_payload_carries_the_norms_of_w_minus_v_and_of_w_every_norms_every_rounds():
+    """The norms a worker logs as ||W - V|| / ||W|| (pull_compression.relative_error): after the
+    round's encode, in float64, on the first round and every NORMS_EVERY-th after it, the last
+    ones kept in between."""
+    import mxnet as mx
+    from cdsgd_mx.wire.pull_compression import NORMS, NORMS_EVERY, relative_error
+    rng = np.random.RandomState(3)
+    n = 1037  # not a multiple of the native pass's 8 lanes
+    copies = ServerCopies()
+    copies.register(8, 7, n, [(0, n)], mx.nd.zeros((down_size(n, 1) + 4,)), _nd(np.zeros(n, np.float32)))
+    stored, size = copies.count_place(7)
+    seen = []
+    for r in range(NORMS_EVERY + 2):
+        w = rng.normal(0, 1, n).astype(np.float32)
+        copies.after_update(7, _nd(w), 2.0)
+        norms = stored.asnumpy()[size - NORMS:size]
+        if r % NORMS_EVERY == 0:  # rounds 1, 1 + NORMS_EVERY, ... (counted from 1)
+            e = (w - copies.v[7]).astype(np.float64)
+            expected = np.array([e @ e, w.astype(np.float64) @ w.astype(np.float64)], np.float32)
+            np.testing.assert_allclose(norms, expected, rtol=1e-6)
+            assert relative_error(norms) == pytest.approx(np.sqrt(expected[0] / expected[1]), rel=1e-6)
+        else:
+            np.testing.assert_array_equal(norms, seen[-1])
+        seen.append(norms)
+    assert not np.array_equal(seen[0], seen[NORMS_EVERY])
+
+
 def test_the_step_is_1_75_times_the_rms_change():
     assert scale(np.array([1, -7], np.float32)) == 1.75 * 5.0  # PULL_LEVEL times the RMS
     assert scale(np.zeros(5, np.float32)) == 1.0
