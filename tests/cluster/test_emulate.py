@@ -182,6 +182,22 @@ def test_eight_workers_and_two_servers_over_five_hosts_train_to_the_simulation(t
 
 
 @needs_hosts
+@pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
+def test_sixteen_workers_and_four_servers_over_twenty_hosts_train_to_the_simulation_exactly(tmp_path, alg):
+    """The paper's scale (issue 48): 16 workers + 4 servers, each node on a host of its own, all
+    four algorithms; every worker's W and forward weights equal the simulation's bit for bit
+    (the engine worker's values lie on the 1/64 grid, so sums of 16 are exact in any order).
+    Slow: 20 nodes start on 2 cores, about 19 s a job."""
+    out, got = engine_job(tmp_path, alg, 16, 4, 20)
+    assert "worker 15 @10.213.0.30; the scheduler here at 10.213.0.1\n" in out
+    xs, W = sim(alg, 16)
+    for r, res in enumerate(got):
+        for i in range(len(SHAPES)):
+            np.testing.assert_array_equal(res["w%d" % i], W[i], err_msg="W %s p%d r%d" % (alg, i, r))
+            np.testing.assert_array_equal(res["x%d" % i], xs[r][i], err_msg="x %s p%d r%d" % (alg, i, r))
+
+
+@needs_hosts
 def test_the_addresses_a_user_sets_are_used(tmp_path):
     """DMLC_INTERFACE and --host, as a user of a real cluster sets them."""
     out, got = engine_job(tmp_path, "cdsgd", 2, 1, 3, "--env", "DMLC_INTERFACE=eth0", "--host", "10.213.0.1")
