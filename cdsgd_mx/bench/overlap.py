@@ -1,8 +1,8 @@
 """Iteration time of S-SGD, BIT-SGD, OD-SGD and CD-SGD side by side, on real processes.
 
-    python -m cdsgd_mx.bench.overlap [--bandwidth 1gbit] [--workers 2] [--params 2e6]
-        [--model mlp|alexnet|vgg16|inception_bn|resnet50|...] [--iterations 60]
-        [--algorithms ssgd,bitsgd,odsgd,cdsgd] [--trace-dir DIR] [--json]
+    python -m cdsgd_mx.bench.overlap [--bandwidth 1gbit | --emulate-hosts N --nic 1gbit] [--workers 2]
+        [--servers 1] [--params 2e6] [--model mlp|alexnet|vgg16|inception_bn|resnet50|...] [--iterations 60]
+        [--compute-ms T] [--algorithms ssgd,bitsgd,odsgd,cdsgd] [--trace-dir DIR] [--json]
 
 A model (default: a synthetic MLP of about --params weights; or one of the paper's models by
 name) on synthetic inputs (time does not depend on the values) trains for --iterations steps per algorithm under the launcher, optionally behind an
@@ -14,6 +14,16 @@ forward/backward (ssgd: phi, the fp32 round; bitsgd: psi + delta, the 2-bit roun
 communication per step is ((k-1)(psi+delta) + phi)/k (eq. 6 averaged over k steps), and the
 summary checks the issue's goal: CD-SGD within 15% of max(compute, comm) and faster
 than BIT-SGD and S-SGD.
+
+--compute-ms T: each worker's forward/backward becomes T ms of waiting (after waiting for the
+weights the forward would read), with gradients of the model's real shapes drawn once, so that
+two cores can move the real bytes of 16 workers through real servers. Where it differs from
+real compute: a GPU's compute takes no CPU from the codec, and neither does the waiting; on
+this machine's CPUs real compute would. worker_cpu_ms is then the worker's own CPU per step
+(codec, communication, local update, Python), which compute would have to leave free.
+--emulate-hosts N --nic RATE: every job on N emulated hosts, each node on one (servers first),
+each host's NIC at RATE in each direction (python -m cdsgd_mx.cluster.emulate), instead of
+--bandwidth's one shared loopback.
 
 --interleaved: all of it in one job instead (cdsgd_mx.worker.schedule.InterleavedSchedule): separate
 jobs on a machine whose cores the workers share differ in compute from job to job by more
@@ -93,6 +103,9 @@ def worker(args):
             loss.backward()
         return loss
 
+    if args.compute_ms is not None:
+        fwd_bwd = emulated_compute(args, net, trainer)
+
     if args.interleaved:
         return interleaved(args, net, trainer, fwd_bwd)
     # tau: forward/backward alone, each waited to its end
@@ -114,6 +127,7 @@ def worker(args):
             trainer.step(args.batch)
             mx.nd.waitall()
             stamps.append(time.perf_counter())
+    cpu = []  # the process's CPU seconds at each stamp (every thread: the engine's, the communication's)
     for it in range(0 if args.comm_only else args.iterations):
         loss = fwd_bwd(it)
         trainer.step(args.batch)
@@ -121,6 +135,7 @@ def worker(args):
         # weights it read (W(t) for ssgd/bitsgd, the local update from W(t-1) for odsgd/cdsgd)
         loss.wait_to_read()
         stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
     trainer.wait_all()
     first = min(args.warmup + 2, args.iterations // 2)
     iter_ms = 1e3 * (stamps[-1] - stamps[first]) / (len(stamps) - 1 - first)
@@ -132,7 +147,36 @@ def worker(args):
             "workers": kv.num_workers, "params": sum(
                 int(np.prod(p.shape)) for p in net.collect_params().values()),
             "compute_ms": compute_ms, "iter_ms": iter_ms,
+            # with --compute-ms the compute is a sleep: this is the worker's codec, communication
+            # and Python per step (with real compute it includes forward/backward)
+            "worker_cpu_ms": 1e3 * (cpu[-1] - cpu[first]) / (len(cpu) - 1 - first) if cpu else None,
             "bytes_per_step": kv.bytes_pushed / args.iterations}), flush=True)
+
+
+def emulated_compute(args, net, trainer):
+    """--compute-ms T: forward/backward replaced by T ms of waiting. As a real step does, it
+    first waits for the weights the forward would read (W(t), or CD-SGD's and OD-SGD's local
+    update), then "computes" for T ms, leaving gradients of the model's real shapes (drawn once:
+    the time of what follows does not depend on their values). Everything after it stays real:
+    the quantize, the pushes and pulls, the servers, the local update and their overlap."""
+    import mxnet as mx
+    import numpy as np
+    kv = trainer.kvstore
+    trained = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    rng = np.random.RandomState(1 + kv.rank)
+    for p in trained:
+        p.grad()[:] = mx.nd.array(0.01 * rng.randn(*p.shape).astype(np.float32))
+    weights = [p.data() for p in trained]
+    done = mx.nd.zeros((1,))  # what the loop's loss.wait_to_read() waits for: ready at once
+
+    def fwd_bwd(step):
+        with kv.tracer.span("forward/backward", step=step):
+            for w in weights:
+                w.wait_to_read()
+            time.sleep(args.compute_ms / 1e3)
+            mark_fresh(trainer)  # the gradients are the drawn ones, as if backward had just written them
+        return done
+    return fwd_bwd
 
 
 def interleaved(args, net, trainer, fwd_bwd):
@@ -215,12 +259,16 @@ def interleaved(args, net, trainer, fwd_bwd):
 def launch_cmd(args, alg, extra):
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(args.workers), "-s", str(args.servers),
            "--timeout", str(args.timeout)]
-    if args.bandwidth:
+    if args.emulate_hosts:  # each node on an emulated host with its own NIC (cluster/emulate.py)
+        cmd += ["--emulate-hosts", str(args.emulate_hosts)] + (["--nic", args.nic] if args.nic else [])
+    elif args.bandwidth:
         cmd += ["--bandwidth", args.bandwidth]
     cmd += ["--", sys.executable, "-m", "cdsgd_mx.bench.overlap", "--worker", "--algorithm", alg] + extra
     for name in ("model", "params", "iterations", "batch", "k", "warmup", "threshold", "compute_iterations",
                  "algorithms"):
         cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    if args.compute_ms is not None:
+        cmd += ["--compute-ms", str(args.compute_ms)]
     return cmd
 
 
@@ -266,7 +314,9 @@ def separate_results(args):
         key = alg + ("_comm" if comm_only else "")
         results[key] = run_job(launch_cmd(args, alg, extra), name)
         if args.json:
-            print(json.dumps(dict(results[key], job=key, bandwidth=args.bandwidth or "loopback")), flush=True)
+            print(json.dumps(dict(results[key], job=key, bandwidth=args.bandwidth or "loopback",
+                                  nic=args.nic, emulate_hosts=args.emulate_hosts, compute_ms_emulated=args.compute_ms)),
+                  flush=True)
     return results
 
 
@@ -286,9 +336,11 @@ def leader(args):
             costs["psi_pull_plus_delta_ms"] = psi_pull
         print(json.dumps(costs), flush=True)
         return results
-    print("\nlink: %s, %d workers, %d server(s), %d parameters, batch %d, k=%d" % (
-        args.bandwidth or "unshaped loopback", args.workers, args.servers,
-        next(iter(results.values()))["params"], args.batch, args.k))
+    network = ("%d emulated hosts, a %s NIC each" % (args.emulate_hosts, args.nic or "unshaped")
+               if args.emulate_hosts else args.bandwidth or "unshaped loopback")
+    print("\nlink: %s, %d workers, %d server(s), %d parameters, batch %d, k=%d%s" % (
+        network, args.workers, args.servers, next(iter(results.values()))["params"], args.batch, args.k,
+        ", compute emulated: %g ms of waiting per step" % args.compute_ms if args.compute_ms is not None else ""))
     print("communication per step, measured alone: fp32 round (phi) %.1f ms, 2-bit round (psi + delta) %.1f ms;"
           " CD-SGD mean ((k-1)(psi+delta) + phi)/k = %.1f ms" % (phi, psi, comm_cd))
     from cdsgd_mx.experiments import timemodel
@@ -296,10 +348,12 @@ def leader(args):
     if psi_pull is not None:
         print("2-bit round with a 2-bit pull (psi_pull + delta) %.1f ms" % psi_pull)
     predicted = timemodel.predict(timemodel.calibrate(tau, phi, psi, pull_round_ms=psi_pull), args.k)
-    print("%-11s %12s %16s %12s %16s" % ("algorithm", "iter ms", "model (eqs 2-7)", "compute ms", "pushed KB/step"))
+    print("%-11s %12s %16s %12s %16s %18s" % ("algorithm", "iter ms", "model (eqs 2-7)", "compute ms",
+                                             "pushed KB/step", "worker CPU ms/step"))
     for alg, r in results.items():
-        print("%-11s %12.1f %16.1f %12.1f %16.1f" % (alg, r["iter_ms"], predicted[alg], r["compute_ms"],
-                                                   r["bytes_per_step"] / 1e3))
+        print("%-11s %12.1f %16.1f %12.1f %16.1f %18s" % (
+            alg, r["iter_ms"], predicted[alg], r["compute_ms"], r["bytes_per_step"] / 1e3,
+            "%.1f" % r["worker_cpu_ms"] if r.get("worker_cpu_ms") is not None else "-"))
     if "cdsgd" in results:
         cd = results["cdsgd"]
         bound = max(cd["compute_ms"], comm_cd)
@@ -345,6 +399,12 @@ def main(argv=None):
     ap.add_argument("--interleaved", action="store_true", help="all algorithms and rounds in one job, "
                     "taking turns in blocks (--iterations: timed steps per algorithm)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--compute-ms", type=float, default=None, metavar="T",
+                    help="replace each worker's forward/backward with T ms of waiting (gradients of the model's "
+                         "real shapes, drawn once); communication, codec, servers and local update stay real")
+    ap.add_argument("--emulate-hosts", type=int, default=0, metavar="N",
+                    help="run every job on N emulated hosts (python -m cdsgd_mx.cluster.emulate), a NIC each")
+    ap.add_argument("--nic", default=None, help="each emulated host's NIC rate, each way (with --emulate-hosts)")
     args = ap.parse_args(argv)
     args.params = int(args.params)
     from cdsgd_mx.experiments import models
@@ -358,6 +418,18 @@ def main(argv=None):
             ap.error("--%s must be >= 1" % name)
     if not args.interleaved and args.iterations <= args.warmup + 4:
         ap.error("--iterations must exceed --warmup by at least 5")
+    if args.compute_ms is not None and not args.compute_ms >= 0:
+        ap.error("--compute-ms must be >= 0 milliseconds, got %r" % args.compute_ms)
+    if args.emulate_hosts < 0:
+        ap.error("--emulate-hosts must be >= 1, got %d" % args.emulate_hosts)
+    if args.nic and not args.emulate_hosts:
+        ap.error("--nic shapes emulated hosts' NICs: it needs --emulate-hosts N")
+    if args.emulate_hosts and args.bandwidth:
+        ap.error("--bandwidth shapes one shared loopback; with --emulate-hosts give each host's NIC with --nic")
+    if args.nic:
+        from cdsgd_mx.cluster.launch import RATE_RE
+        if not RATE_RE.match(args.nic):
+            ap.error("--nic must be a tc rate such as 100mbit, 1gbit or 10gbit, got %r" % args.nic)
     if args.worker:
         worker(args)
     else:
