@@ -75,7 +75,7 @@ from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable, r
 from cdsgd_mx.cluster import emulate
 from cdsgd_mx.experiments import provenance
 from cdsgd_mx.bench import mark_fresh
-from cdsgd_mx.server import stages
+from cdsgd_mx.wire import stages
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
 EXTRA_SYSTEMS = ["paired", "paired_pull", "paired_sum", "ssgd_percall", "bitsgd_percall"]  # by name; under the table

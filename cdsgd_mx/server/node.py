@@ -69,7 +69,7 @@ from cdsgd_mx.mxnet_import import import_mxnet
 from cdsgd_mx.wire.proofs import FP32, FP32_TRACKED
 from cdsgd_mx.wire.pull_compression import PULL_2BIT, ServerCopies
 from cdsgd_mx.server.global_update import GlobalUpdate
-from cdsgd_mx.server.stages import Stages
+from cdsgd_mx.wire.stages import Stages
 
 COMMAND_PREFIX = "cdsgd:"
 START_MESSAGE = "cdsgd-start"  # rank 0's first message: it only makes MXNet call the controller

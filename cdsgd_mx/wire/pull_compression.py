@@ -50,7 +50,7 @@ count_place(wk) / values() / restore(values). A worker's side: worker/pull_decod
 import numpy as np
 
 from cdsgd_mx import codec
-from cdsgd_mx.server.stages import Stages
+from cdsgd_mx.wire.stages import Stages
 
 NORMS = 2        # floats after the scales: ||W - V||^2, ||W||^2
 PULL_FP32 = 1.0  # the flag in a payload row: this round pulls fp32 W (re-sync: V := W)
@@ -98,7 +98,7 @@ class ServerCopies:
         self.prev, self._aim = {}, {}  # per weight key: W after the round before, and the aim A
         self.lookahead = 0.0  # the global optimizer's momentum (server/node.py sets it with the optimizer)
         self._out = {}      # weight key -> capsules of its down key's stored codes and tail (_payload)
-        self.stages = Stages(False)  # where a round's time goes (server/stages.py; the server sets its own)
+        self.stages = Stages(False)  # where a round's time goes (wire/stages.py; the server sets its own)
 
     def register(self, dk, wk, n, pieces, stored, weight):
         """The down key's stored array (MXNet keeps it for the job's life; pulls read it), the
