@@ -182,12 +182,16 @@ def test_eight_workers_and_two_servers_over_five_hosts_train_to_the_simulation(t
 
 
 @needs_hosts
-@pytest.mark.parametrize("alg", ["ssgd", "bitsgd", "odsgd", "cdsgd"])
+@pytest.mark.parametrize("alg", [pytest.param("ssgd", marks=pytest.mark.scale),
+                                 pytest.param("bitsgd", marks=pytest.mark.scale),
+                                 pytest.param("odsgd", marks=pytest.mark.scale), "cdsgd"])
 def test_sixteen_workers_and_four_servers_over_twenty_hosts_train_to_the_simulation_exactly(tmp_path, alg):
     """The paper's scale (issue 48): 16 workers + 4 servers, each node on a host of its own, all
     four algorithms; every worker's W and forward weights equal the simulation's bit for bit
     (the engine worker's values lie on the 1/64 grid, so sums of 16 are exact in any order).
-    Slow: 20 nodes start on 2 cores, about 19 s a job."""
+    CD-SGD, which runs every part (2-bit pushes, the k-step correction, the local update), is in
+    the default run; the other three with `-m scale` (about 19 s a job on 2 cores; the suite's
+    budget: docs/testing.md)."""
     out, got = engine_job(tmp_path, alg, 16, 4, 20)
     assert "worker 15 @10.213.0.30; the scheduler here at 10.213.0.1\n" in out
     xs, W = sim(alg, 16)
