@@ -39,6 +39,10 @@ def tools_launch_path():
     return path
 
 
+STOPPED_CODES = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL)  # our stop's
+ROLE_ORDER = {"worker": 0, "server": 1, "scheduler": 2}
+
+
 class Nodes:
     """The processes dmlc_tracker starts (through subprocess.Popen: the scheduler, and every
     worker and server with --launcher local), and which of them failed."""
@@ -68,7 +72,12 @@ class Nodes:
     def fail(self, proc, code):
         with self.lock:
             if self.stopping:
-                return  # one we stopped
+                # one we stopped, or one that failed on its own before our stop reached it: a
+                # worker that raised, seen after the server that lost it (each node is waited
+                # for in its own thread, and under load either thread may return first)
+                if code not in STOPPED_CODES:
+                    self.failed.append((proc.role, code))
+                return
             self.stopping = True
             self.failed.append((proc.role, code))
             others = [p for p in self.procs if p is not proc and p.poll() is None]
@@ -99,8 +108,16 @@ def main(argv=None):
     finally:
         subprocess.Popen = real
     if nodes.failed:
-        role, code = nodes.failed[0]
-        sys.exit("cdsgd_mx.mxnet_launch: the job failed: a %s exited with %d (its output is above)" % (role, code))
+        sys.exit(verdict(nodes.failed))
+
+
+def verdict(failed):
+    """The last line of a failed job: every node that failed on its own, workers first (a
+    worker's own error is what brings its servers and scheduler down with it, far more often
+    than the other way round)."""
+    failed = sorted(failed, key=lambda rc: ROLE_ORDER.get(rc[0], len(ROLE_ORDER)))
+    return "cdsgd_mx.mxnet_launch: the job failed: %s (its output is above)" % ", ".join(
+        "a %s exited with %d" % rc for rc in failed)
 
 
 if __name__ == "__main__":

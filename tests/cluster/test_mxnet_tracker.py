@@ -79,3 +79,27 @@ def test_a_failing_worker_ends_the_job_under_mxnets_launcher_with_a_failure(tmp_
             except OSError:
                 pass
     assert not left, "processes of the job still running: %s" % left
+
+
+def test_a_worker_that_failed_on_its_own_is_named_though_its_server_was_seen_first(capsys):
+    """Each node is waited for in its own thread; under load the server that lost a raising
+    worker can be seen to exit first. The worker's own failure, seen after the stop began, is
+    kept (a node our stop ended is not), and the verdict names workers first."""
+    from cdsgd_mx.cluster import mxnet_launch
+
+    class Node:
+        def __init__(self, role):
+            self.role, self.pid = role, 2 ** 22 + 1  # no such process: the stop's signals go nowhere
+
+        def poll(self):
+            return 1
+    nodes = mxnet_launch.Nodes()
+    server, worker, other = Node("server"), Node("worker"), Node("worker")
+    nodes.procs = [server, worker, other]
+    nodes.fail(server, 1)
+    nodes.fail(other, -15)   # ended by our stop
+    nodes.fail(worker, 1)    # its own error, reaped after the server
+    assert nodes.failed == [("server", 1), ("worker", 1)]
+    assert "a server exited with 1: stopping the job's other 0 process(es)" in capsys.readouterr().err
+    assert mxnet_launch.verdict(nodes.failed) == ("cdsgd_mx.mxnet_launch: the job failed: a worker exited with 1, "
+                                                  "a server exited with 1 (its output is above)")
