@@ -406,6 +406,9 @@ int64_t first_piece(const Piece* pieces, int64_t npieces, int64_t b) {
 // sum of (w - v)^2 over [0, m) in float64, in a fixed order whatever the thread count: eight
 // lanes (value i into lane i % 8, sequentially), then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
 CDSGD_CLONES
+// Eight float64 lanes added in a fixed tree: the same sum whatever the machine.
+double sum_lanes(const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
+
 double sum_of_squares(const float* w, const float* v, int64_t m) {
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
@@ -418,7 +421,7 @@ double sum_of_squares(const float* w, const float* v, int64_t m) {
     const double d = static_cast<double>(w[i] - v[i]);
     lane[j] += d * d;
   }
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  return sum_lanes(lane);
 }
 
 // One piece's part of the server's encode: one wire digit per value (1 = +, 2 = -, 0) and V's
@@ -556,10 +559,8 @@ void pull_norms(const float* w, const float* v, int64_t n, double* norms) {
     lane_e[j] += d * d;
     lane_w[j] += x * x;
   }
-  for (int k = 0; k < 2; ++k) {
-    const double* l = k == 0 ? lane_e : lane_w;
-    norms[k] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-  }
+  norms[0] = sum_lanes(lane_e);
+  norms[1] = sum_lanes(lane_w);
 }
 
 void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64_t npieces, uint32_t* wire,

@@ -476,8 +476,7 @@ def print_proof_costs(args, results):
         shares = []
         for link in args.bandwidth:
             for system in OURS:
-                res = results.get((model, link), {})
-                r = res.get(system) or {"skipped": res.get("skipped") or "not run"}
+                r = results.get((model, link), {}).get(system, {})
                 if r.get("ms") and r.get("server_proof_us") is not None:
                     us = path_us + r["server_proof_us"] * plan_buckets
                     cpu = path_us + r["server_proof_cpu_us"] * plan_buckets

@@ -68,9 +68,9 @@ BURST_SECONDS = 1e-3  # a shaped link's idle credit, as time at its rate (shapin
 
 
 def rate_bits(rate):
-    """Bits per second of a tc rate string ('1gbit' -> 1e9)."""
-    m = re.match(r"^([\d.]+)([a-z]+)$", rate.lower())
-    return float(m.group(1)) * BITS_PER_UNIT[m.group(2)]
+    """Bits per second of a tc rate string (RATE_RE: '1gbit' -> 1e9)."""
+    unit = RATE_RE.match(rate).group(2)
+    return float(rate[:-len(unit)]) * BITS_PER_UNIT[unit.lower()]
 
 
 def shaping_burst(rate):

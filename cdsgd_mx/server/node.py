@@ -500,8 +500,9 @@ def run_node():
     proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     ctrl = proto(_controller(state, kv))
     check_call(_LIB.MXKVStoreRunServer(kv.handle, ctrl, None))
-    if state.stages.report():  # python -m cdsgd_mx.bench.comm asks
-        print(state.stages.report(), flush=True)
+    stages_line = state.stages.report()
+    if stages_line:  # python -m cdsgd_mx.bench.comm asks
+        print(stages_line, flush=True)
     if os.environ.get("CDSGD_PROOF_STATS") and state.proofs.counted:  # python -m cdsgd_mx.bench.comm asks
         p = state.proofs
         print("PROOF_STATS %s" % json.dumps({"rounds": p.counted, "seconds": p.seconds, "cpu_seconds": p.cpu_seconds}),
