@@ -69,13 +69,14 @@ def _array(x, write):
     return x
 
 
-def quantize(grad, residual, packed, threshold, threads=None):
-    """residual += grad; write codes into packed; residual -= decoded codes.
+def quantize(grad, residual, packed, threshold, threads=None, codes_to=None):
+    """residual += grad; write codes into packed; residual -= decoded codes. With codes_to (host
+    memory of packed's size), the codes are copied there too, in the same wait on a GPU.
 
     Returns the number of non-finite residual entries after the update (0 on healthy input)."""
     t = _threshold(threshold)
     return _native.quantize_2bit(_array(grad, False), _array(residual, True), _array(packed, True), t,
-                                 _threads(threads))
+                                 _threads(threads), None if codes_to is None else _array(codes_to, True))
 
 
 def dequantize(packed, out, threshold, accumulate=False, threads=None):

@@ -13,9 +13,10 @@ namespace cuda {
 
 int device_count();  // 0 without a driver or GPU; never throws
 
-// Returns how many residual entries are non-finite afterwards, like the CPU version.
+// Returns how many residual entries are non-finite afterwards, like the CPU version. With
+// host_codes (page-locked or not), the packed words are also copied there, in the same wait.
 int64_t quantize_2bit(const float* grad, float* residual, uint32_t* packed, int64_t n, float threshold,
-                      int device);
+                      int device, uint32_t* host_codes = nullptr);
 void dequantize_2bit(const uint32_t* packed, float* out, int64_t n, float threshold, bool accumulate,
                      int device);
 void wire_encode(const uint32_t* packed, uint32_t* wire, int64_t nwords, int device);

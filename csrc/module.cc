@@ -162,7 +162,10 @@ void check_threshold(float t) {
     throw py::value_error("threshold must be a finite number > 0, got " + std::to_string(t));
 }
 
-int64_t quantize(py::handle grad, py::handle residual, py::handle packed, float threshold, int threads) {
+// With codes_to (host memory, packed's size), the codes are also copied there before the call
+// returns: on a GPU in the same wait as the kernel (a device bucket's round pays one, not two).
+int64_t quantize(py::handle grad, py::handle residual, py::handle packed, float threshold, int threads,
+                 py::handle codes_to) {
   check_threshold(threshold);
   View g = view("grad", kFloat32, grad, false), r = view("residual", kFloat32, residual, true),
        p = view("packed", kWord32, packed, true);
@@ -172,15 +175,25 @@ int64_t quantize(py::handle grad, py::handle residual, py::handle packed, float 
   check_no_overlap("residual", r, r.size * 4, "packed", p, p.size * 4);
   check_no_overlap("grad", g, g.size * 4, "packed", p, p.size * 4);
   const bool gpu = same_device({{"grad", &g}, {"residual", &r}, {"packed", &p}});
+  View h;
+  if (!codes_to.is_none()) {
+    h = view("codes_to", kWord32, codes_to, true);
+    check_size("codes_to", h, p.size, "same as packed");
+    if (h.gpu) throw py::value_error("codes_to must be host memory, got a GPU array");
+    check_no_overlap("packed", p, p.size * 4, "codes_to", h, h.size * 4);
+  }
   auto* gp = static_cast<const float*>(g.data);
   auto* rp = static_cast<float*>(r.data);
   auto* pp = static_cast<uint32_t*>(p.data);
+  auto* hp = static_cast<uint32_t*>(h.data);
   py::gil_scoped_release nogil;
 #ifdef CDSGD_WITH_CUDA
-  if (gpu) return cdsgd::cuda::quantize_2bit(gp, rp, pp, g.size, threshold, g.device);
+  if (gpu) return cdsgd::cuda::quantize_2bit(gp, rp, pp, g.size, threshold, g.device, hp);
 #endif
   (void)gpu;
-  return cdsgd::quantize_2bit(gp, rp, pp, g.size, threshold, threads);
+  const int64_t bad = cdsgd::quantize_2bit(gp, rp, pp, g.size, threshold, threads);
+  if (hp != nullptr && p.size > 0) std::memcpy(hp, pp, static_cast<size_t>(p.size) * 4);
+  return bad;
 }
 
 void dequantize(py::handle packed, py::handle out, float threshold, bool accumulate, int threads) {
@@ -624,7 +637,7 @@ extern "C" void pull_decode_release(void* call) { delete static_cast<PullDecodeC
 PYBIND11_MODULE(_native, m) {
   m.doc() = "cdsgd_mx native codec kernels (use cdsgd_mx.codec, which checks and converts arrays)";
   m.def("quantize_2bit", &quantize, py::arg("grad"), py::arg("residual"), py::arg("packed"),
-        py::arg("threshold"), py::arg("threads") = 0);
+        py::arg("threshold"), py::arg("threads") = 0, py::arg("codes_to") = py::none());
   m.def("dequantize_2bit", &dequantize, py::arg("packed"), py::arg("out"), py::arg("threshold"),
         py::arg("accumulate") = false, py::arg("threads") = 0);
   m.def("wire_encode", &wire_encode, py::arg("packed"), py::arg("wire"), py::arg("threads") = 0);

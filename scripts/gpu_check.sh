@@ -26,11 +26,20 @@ tests=$?
 echo "== device part of a compressed round (25.6 M values)"
 "$py" -m cdsgd_mx.bench.device --values 25600000 --repeats 50 --json "$out/device.json" 2>&1 | tee "$out/device.txt"
 echo "== codec throughput on the GPU"
-"$py" -m cdsgd_mx.bench.codec --device cuda --sizes 1e6,1e7,1e8 2>&1 | tee "$out/codec-cuda.txt"
-echo "== compute-sanitizer memcheck: the device layer's GPU tests (at most 150 s)"
+"$py" -m cdsgd_mx.bench.codec --device cuda --sizes 1e6,1e7,1e8,4e8 --json 2>&1 > "$out/codec-cuda.jsonl"
+"$py" - "$out/codec-cuda.jsonl" <<'PY' | tee "$out/codec-cuda.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][1:]
+print("%-21s %10s %10s %9s %9s" % ("op", "n", "Gelem/s", "TB/s", "of copy"))
+for r in rows:
+    print("%-21s %10d %10.1f %9.3f %8.0f%%" % (r["op"], r["n"], r["melem_per_s"] / 1e3, r["gb_per_s"] / 1e3,
+                                                100 * r["fraction_of_copy"]))
+PY
+echo "== compute-sanitizer memcheck: the codec's and the device layer's GPU tests (at most 120 s)"
 if command -v compute-sanitizer > /dev/null; then
-    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$py" -m pytest -q -x \
-        tests/worker/test_device.py -k gpu 2>&1 | tail -25 | tee "$out/sanitizer.log"
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$py" -m pytest -q -x \
+        tests/codec/test_codec_cuda.py tests/worker/test_device.py -k "gpu or views_off or match_cpu" \
+        2>&1 | tail -25 | tee "$out/sanitizer.log"
     echo "sanitizer exit: ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
 else
     echo "compute-sanitizer not found" | tee "$out/sanitizer.log"

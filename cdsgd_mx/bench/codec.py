@@ -8,7 +8,8 @@ then one row per op, size and thread count.
 
 Each figure is the best of several repetitions (at least --min-time seconds in all).
 gb_per_s counts the bytes an op must move per value: quantize reads grad and residual and
-writes residual and codes (12.25 B), dequantize reads codes and writes floats (4.25 B), wire
+writes residual and codes (12.25 B), dequantize reads codes and writes floats (4.25 B; 8.25 B
+when it accumulates into them, dequantize_acc), wire
 encode/decode read and write a 4-byte word per 16 values (0.5 B), copy reads and writes 4 B each;
 decode_sgd (the server's decode of two workers' rows fused with SGD and momentum), pull_encode
 and pull_decode (a 2-bit pull's server and worker side, one piece per 4096 values) as listed
@@ -38,6 +39,9 @@ BYTES_PER_VALUE = {
     "copy": 8.0,
     "quantize": 12.25,
     "dequantize": 4.25,
+    "dequantize_acc": 8.25,
+    "quantize_unaligned": 12.25,
+    "dequantize_unaligned": 4.25,
     "wire_encode": 0.5,
     "wire_decode": 0.5,
     # a server's round and a 2-bit pull's (issue 29): decode_sgd of two workers' rows reads their
@@ -142,7 +146,9 @@ def time_ops(ops, n, min_time, **fields):
 
 
 def measure_cuda(n, min_time, arrays, threshold=0.5):
-    """The same ops on GPU 0; copy is the framework's device-to-device copy."""
+    """The same ops on GPU 0; copy is the framework's device-to-device copy. The *_unaligned rows
+    run on views one float into their arrays (n - 1 values), which take the one-value-per-thread
+    kernels (codec.md): what an array that is not 16-byte aligned costs."""
     rng = np.random.default_rng(0)
     m = codec.packed_size(n)
     g, r = arrays.array(rng.normal(0, 0.5, n).astype(np.float32)), arrays.zeros(n, "float32")
@@ -154,9 +160,15 @@ def measure_cuda(n, min_time, arrays, threshold=0.5):
         "copy": lambda: arrays.copy(g, dst),
         "quantize": lambda: codec.quantize(g_, r_, p_, threshold),
         "dequantize": lambda: codec.dequantize(p_, out_, threshold),
+        "dequantize_acc": lambda: codec.dequantize(p_, out_, threshold, accumulate=True),
         "wire_encode": lambda: codec.wire_encode(p_, w_),
         "wire_decode": lambda: codec.wire_decode(w_, p_),
     }
+    if n > 1:
+        g1, r1, out1 = (arrays.arg(x[1:]) for x in (g, r, out))
+        p1 = arrays.arg(p[:codec.packed_size(n - 1)])
+        ops["quantize_unaligned"] = lambda: codec.quantize(g1, r1, p1, threshold)
+        ops["dequantize_unaligned"] = lambda: codec.dequantize(p1, out1, threshold)
     return time_ops(ops, n, min_time, threads=0, device="cuda:" + arrays.name)
 
 

@@ -40,10 +40,9 @@ class DeviceBucket:
     def compress(self, g):
         """Algorithm 1's compression of g(t) on the device: residual += g; codes = the 2-bit
         codes of it; residual -= what they decode to. Then the codes to host_codes. Returns the
-        number of non-finite residual values (nothing is to be pushed when it is not 0)."""
-        bad = codec.quantize(g, self.residual, self.codes, self.threshold)
-        codec.copy(self.codes, self.host_codes)
-        return bad
+        number of non-finite residual values (nothing is to be pushed when it is not 0). One call,
+        one wait: per bucket and step, a GPU's launch-and-wait latency is paid once."""
+        return codec.quantize(g, self.residual, self.codes, self.threshold, codes_to=self.host_codes)
 
     @staticmethod
     def to_host(g, host):

@@ -52,6 +52,20 @@ def test_quantize_bit_exact_with_reference(n):
     assert nonfinite == 0
 
 
+def test_codes_to_gets_the_codes_in_the_same_call():
+    rng = np.random.default_rng(4)
+    g = rng.normal(0, 0.6, 1000).astype(np.float32)
+    r = np.zeros(1000, np.float32)
+    p, host = np.zeros(63, np.uint32), np.full(63, 7, np.uint32)
+    codec.quantize(g, r, p, T, codes_to=host)
+    np.testing.assert_array_equal(host, ref.quantize(g, np.zeros(1000, np.float32), T)[0])
+    np.testing.assert_array_equal(host, p)
+    with pytest.raises(ValueError, match=r"codes_to has 62 elements .*same as packed"):
+        codec.quantize(g, r, p, T, codes_to=host[:62])
+    with pytest.raises(ValueError, match="packed and codes_to must not share memory"):
+        codec.quantize(g, r, p, T, codes_to=p)
+
+
 @pytest.mark.parametrize("n", SIZES)
 def test_dequantize_and_accumulate_match_reference(n):
     rng = np.random.default_rng(100 + n)

@@ -34,8 +34,10 @@ def quantize_on_gpu(g, r0, threshold=T):
     return words(B.host(pr)), B.host(rr), bad
 
 
-# 3_000_017 > 132 SMs x 32 blocks x 256 threads: the grid-stride loops go round more than once
-@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 33, 4097, (1 << 20) + 13, 3_000_017])
+# 3_000_017 > 132 SMs x 32 blocks x 256 threads: the grid-stride loops go round more than once;
+# 511-1031: a warp's chunk of 512 values, full, partial and both (the last chunk's words)
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 33, 511, 512, 513, 1024, 1031, 4097, (1 << 20) + 13,
+                               3_000_017])
 def test_quantize_dequantize_wire_match_cpu(n):
     rng = np.random.default_rng(n)
     g = rng.normal(0, 0.6, n).astype(np.float32)
@@ -62,6 +64,47 @@ def test_quantize_dequantize_wire_match_cpu(n):
     back = B.zeros(m, "int32")
     codec.wire_decode(B.arg(wire), B.arg(back))  # raises on a corrupt payload
     np.testing.assert_array_equal(words(B.host(back)), want_p)
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3])
+@pytest.mark.parametrize("n", [7, 600, 100_003])
+def test_views_off_16_byte_alignment_match_cpu(n, offset):
+    # a view `offset` floats into its buffer is not 16-byte aligned: the one-value-per-thread
+    # kernels take it, and must give the same bits as the aligned ones and the CPU
+    rng = np.random.default_rng(n + offset)
+    g = rng.normal(0, 0.6, n).astype(np.float32)
+    r0 = rng.normal(0, 0.3, n).astype(np.float32)
+    pad = np.zeros(offset, np.float32)
+    gb, rb = B.array(np.concatenate([pad, g])), B.array(np.concatenate([pad, r0]))
+    pr = B.zeros(codec.packed_size(n), "int32")
+    codec.quantize(B.arg(gb[offset:]), B.arg(rb[offset:]), B.arg(pr), T)
+    want_p, want_r = ref.quantize(g, r0, T)
+    np.testing.assert_array_equal(words(B.host(pr)), want_p)
+    np.testing.assert_array_equal(bits(B.host(rb)[offset:]), bits(want_r))
+    np.testing.assert_array_equal(bits(B.host(rb)[:offset]), bits(pad))  # nothing before the view
+    base = rng.normal(0, 1, n).astype(np.float32)
+    for accumulate in (False, True):
+        ob = B.array(np.concatenate([pad, base]))
+        codec.dequantize(B.arg(B.array(want_p)), B.arg(ob[offset:]), T, accumulate=accumulate)
+        want = ref.dequantize(want_p, n, T) + (base if accumulate else 0)
+        np.testing.assert_array_equal(bits(B.host(ob)[offset:]), bits(want))
+
+
+def test_codes_to_host_in_the_same_call():
+    n = 100_003
+    rng = np.random.default_rng(11)
+    g = rng.normal(0, 0.6, n).astype(np.float32)
+    r0 = np.zeros(n, np.float32)
+    gr, rr, pr = B.array(g), B.array(r0), B.zeros(codec.packed_size(n), "int32")
+    for host in (codec.host_buffer(codec.packed_size(n), np.uint32),  # page-locked
+                 np.full(codec.packed_size(n), 7, np.uint32)):        # ordinary memory
+        rr = B.array(r0)
+        codec.quantize(B.arg(gr), B.arg(rr), B.arg(pr), T, codes_to=host)
+        want_p, _ = ref.quantize(g, r0, T)
+        np.testing.assert_array_equal(host, want_p)
+        np.testing.assert_array_equal(words(B.host(pr)), want_p)
+    with pytest.raises(ValueError, match="codes_to must be host memory"):
+        codec.quantize(B.arg(gr), B.arg(rr), B.arg(pr), T, codes_to=B.arg(B.zeros(codec.packed_size(n), "int32")))
 
 
 def test_threshold_and_ties_match_cpu():
