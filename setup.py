@@ -91,6 +91,9 @@ native = Pybind11Extension(
     "cdsgd_mx._native",
     sources=["csrc/module.cc", "csrc/codec_cpu.cc"],
     include_dirs=["csrc"],
+    # the CUDA objects are linked in as extra objects, which setuptools does not check: a changed
+    # kernel must relink the module too
+    depends=["csrc/codec.h", "csrc/codec_cuda.h", "csrc/codec_cuda.cu"],
     cxx_std=17,
     # no FMA contraction: quantization must round exactly as MXNet's kernel does
     extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno"],

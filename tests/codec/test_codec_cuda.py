@@ -34,8 +34,9 @@ def quantize_on_gpu(g, r0, threshold=T):
     return words(B.host(pr)), B.host(rr), bad
 
 
-# 3_000_017 > 132 SMs x 32 blocks x 256 threads: the grid-stride loops go round more than once;
-# 511-1031: a warp's chunk of 512 values, full, partial and both (the last chunk's words)
+# 3_000_017 > 132 SMs x 32 blocks x 256 threads: the wire kernels' grid-stride loops go round
+# more than once; 511-1031: a warp's chunk of 512 values, full, partial and both (the last
+# chunk's words)
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 33, 511, 512, 513, 1024, 1031, 4097, (1 << 20) + 13,
                                3_000_017])
 def test_quantize_dequantize_wire_match_cpu(n):
@@ -67,7 +68,7 @@ def test_quantize_dequantize_wire_match_cpu(n):
 
 
 @pytest.mark.parametrize("offset", [1, 2, 3])
-@pytest.mark.parametrize("n", [7, 600, 100_003])
+@pytest.mark.parametrize("n", [7, 600, 100_003, 3_000_017])  # the last: their loops go round
 def test_views_off_16_byte_alignment_match_cpu(n, offset):
     # a view `offset` floats into its buffer is not 16-byte aligned: the one-value-per-thread
     # kernels take it, and must give the same bits as the aligned ones and the CPU
