@@ -20,7 +20,9 @@ weights the forward would read), with gradients of the model's real shapes drawn
 two cores can move the real bytes of 16 workers through real servers. Where it differs from
 real compute: a GPU's compute takes no CPU from the codec, and neither does the waiting; on
 this machine's CPUs real compute would. worker_cpu_ms is then the worker's own CPU per step
-(codec, communication, local update, Python), which compute would have to leave free.
+(codec, communication, local update, Python), which compute would have to leave free;
+server_cpu_ms is the busiest server's CPU per step while it served (with --interleaved, over
+the whole job: every algorithm and round).
 --emulate-hosts N --nic RATE: every job on N emulated hosts, each node on one (servers first),
 each host's NIC at RATE in each direction (python -m cdsgd_mx.cluster.emulate), instead of
 --bandwidth's one shared loopback.
@@ -45,6 +47,7 @@ import sys
 import time
 from cdsgd_mx.experiments import provenance
 from cdsgd_mx.bench import mark_fresh
+from cdsgd_mx.wire import stages
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
 BOTH_WAYS = ["bitsgd_2bit", "cdsgd_2bit"]  # --interleaved only: with 2-bit pulls (pull_compression='2bit')
@@ -150,7 +153,7 @@ def worker(args):
             # with --compute-ms the compute is a sleep: this is the worker's codec, communication
             # and Python per step (with real compute it includes forward/backward)
             "worker_cpu_ms": 1e3 * (cpu[-1] - cpu[first]) / (len(cpu) - 1 - first) if cpu else None,
-            "bytes_per_step": kv.bytes_pushed / args.iterations}), flush=True)
+            "bytes_per_step": kv.bytes_pushed / args.iterations, "steps": kv.steps_done}), flush=True)
 
 
 def emulated_compute(args, net, trainer):
@@ -194,7 +197,7 @@ def interleaved(args, net, trainer, fwd_bwd):
     def begin(algorithm):
         schedule.begin(kv.steps_done, algorithm.replace("_2bit", ""), "2bit" if algorithm in BOTH_WAYS else "none")
 
-    def run_block(algorithm, steps, stamps=None):
+    def run_block(algorithm, steps, stamps=None, cpu=None):
         begin(algorithm)
         first = kv.steps_done
         for i in range(steps):
@@ -203,6 +206,7 @@ def interleaved(args, net, trainer, fwd_bwd):
             loss.wait_to_read()  # as a training loop that logs its loss does (as in worker())
             if stamps is not None:
                 stamps.append(time.perf_counter())
+                cpu.append(time.process_time())
         return first
 
     def comm_round(algorithm):
@@ -219,6 +223,7 @@ def interleaved(args, net, trainer, fwd_bwd):
     tau, comm = [], {kind: [] for kind in kinds}
     per_cycle = []
     steps_of = {a: [] for a in algorithms}
+    cpu_of = {a: [] for a in algorithms}  # the worker's CPU per step (with --compute-ms: all but compute)
     for c in range(cycles):
         trainer.wait_all()  # nothing in flight while compute is timed alone
         for _ in range(args.compute_iterations):
@@ -233,9 +238,10 @@ def interleaved(args, net, trainer, fwd_bwd):
             comm[kind].append(comm_round(kind))
         times = {}
         for algorithm in algorithms[c % len(algorithms):] + algorithms[:c % len(algorithms)]:
-            stamps = []
-            first = run_block(algorithm, block, stamps)
+            stamps, cpu = [], []
+            first = run_block(algorithm, block, stamps, cpu)
             times[algorithm] = 1e3 * (stamps[-1] - stamps[0]) / (block - 1)
+            cpu_of[algorithm].append(1e3 * (cpu[-1] - cpu[0]) / (block - 1))
             steps_of[algorithm] += range(first + 1, first + block)  # the timed steps
         per_cycle.append(times)
     trainer.wait_all()
@@ -252,8 +258,9 @@ def interleaved(args, net, trainer, fwd_bwd):
             # the median over cycles: a cycle that another process slowed moves it least
             "iter_ms": {a: statistics.median(t[a] for t in per_cycle) for a in algorithms},
             "cycle_iter_ms": per_cycle,
+            "worker_cpu_ms": {a: statistics.median(v) for a, v in cpu_of.items()},
             "bytes_per_step": {a: sum(kv.bytes_by_step[t] for t in steps) / len(steps)
-                               for a, steps in steps_of.items()}}), flush=True)
+                               for a, steps in steps_of.items()}, "steps": kv.steps_done}), flush=True)
 
 
 def launch_cmd(args, alg, extra):
@@ -273,12 +280,19 @@ def launch_cmd(args, alg, extra):
 
 
 def run_job(cmd, name):
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    """The job's RESULT, with server_cpu_ms: the busiest server's CPU per step while it served
+    (every kind of round the job ran; wire/stages.py)."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **{stages.ENV: "1"}))
     lines = [l for l in proc.stdout.splitlines() if "RESULT " in l]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-2000:])
         sys.exit("bench.overlap: the %s job failed (exit code %d)" % (name, proc.returncode))
-    return json.loads(lines[0].split("RESULT ", 1)[1])
+    result = json.loads(lines[0].split("RESULT ", 1)[1])
+    served = [json.loads(l.split(stages.LINE, 1)[1])["serving_cpu"] for l in proc.stdout.splitlines()
+              if stages.LINE in l]
+    served = [s for s in served if s is not None]
+    result["server_cpu_ms"] = 1e3 * max(served) / result["steps"] if served and result.get("steps") else None
+    return result
 
 
 def interleaved_results(args):
@@ -293,7 +307,8 @@ def interleaved_results(args):
         results[alg] = {"algorithm": alg, "model": r["model"], "batch": r["batch"], "workers": r["workers"],
                         "params": r["params"], "compute_ms": r["tau_ms"], "iter_ms": ms,
                         "bytes_per_step": r["bytes_per_step"][alg],
-                        "cycle_iter_ms": [c[alg] for c in r["cycle_iter_ms"]]}
+                        "cycle_iter_ms": [c[alg] for c in r["cycle_iter_ms"]],
+                        "worker_cpu_ms": r["worker_cpu_ms"][alg], "server_cpu_ms_job": r["server_cpu_ms"]}
         if args.json:
             print(json.dumps(dict(results[alg], job=alg, interleaved=True, bandwidth=args.bandwidth or "loopback")),
                   flush=True)
@@ -348,12 +363,16 @@ def leader(args):
     if psi_pull is not None:
         print("2-bit round with a 2-bit pull (psi_pull + delta) %.1f ms" % psi_pull)
     predicted = timemodel.predict(timemodel.calibrate(tau, phi, psi, pull_round_ms=psi_pull), args.k)
-    print("%-11s %12s %16s %12s %16s %18s" % ("algorithm", "iter ms", "model (eqs 2-7)", "compute ms",
-                                             "pushed KB/step", "worker CPU ms/step"))
+    print("%-11s %12s %16s %12s %16s %18s %18s" % ("algorithm", "iter ms", "model (eqs 2-7)", "compute ms",
+                                                  "pushed KB/step", "worker CPU ms/step", "server CPU ms/step"))
     for alg, r in results.items():
-        print("%-11s %12.1f %16.1f %12.1f %16.1f %18s" % (
+        print("%-11s %12.1f %16.1f %12.1f %16.1f %18s %18s" % (
             alg, r["iter_ms"], predicted[alg], r["compute_ms"], r["bytes_per_step"] / 1e3,
-            "%.1f" % r["worker_cpu_ms"] if r.get("worker_cpu_ms") is not None else "-"))
+            "%.1f" % r["worker_cpu_ms"] if r.get("worker_cpu_ms") is not None else "-",
+            "%.1f" % r["server_cpu_ms"] if r.get("server_cpu_ms") is not None else "-"))
+    if args.interleaved and job.get("server_cpu_ms") is not None:
+        print("busiest server's CPU per step, over the whole job (every algorithm and round): %.1f ms"
+              % job["server_cpu_ms"])
     if "cdsgd" in results:
         cd = results["cdsgd"]
         bound = max(cd["compute_ms"], comm_cd)

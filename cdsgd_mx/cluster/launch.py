@@ -53,6 +53,7 @@ import time
 
 from cdsgd_mx import numerics
 from cdsgd_mx.wire import auth
+from cdsgd_mx.wire import stages
 from cdsgd_mx.cluster import address
 from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.cluster.watchdog import Watchdog
@@ -270,6 +271,8 @@ def run_job(args, outcome=None):
     }
     if os.environ.get(numerics.ENV):  # over ssh too: every node pins the same numerics (numerics.py)
         shared[numerics.ENV] = os.environ[numerics.ENV]
+    if os.environ.get(stages.ENV):  # the servers' stage and CPU report (bench.comm, bench.overlap ask)
+        shared[stages.ENV] = os.environ[stages.ENV]
     if not hosts:
         shared["DMLC_NODE_HOST"] = host
         if (host.startswith("127.") or host == "localhost") and "DMLC_INTERFACE" not in os.environ:

@@ -499,6 +499,7 @@ def run_node():
     state = ServerState(secret=secret)
     proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     ctrl = proto(_controller(state, kv))
+    state.stages.serving()
     check_call(_LIB.MXKVStoreRunServer(kv.handle, ctrl, None))
     stages_line = state.stages.report()
     if stages_line:  # python -m cdsgd_mx.bench.comm asks

@@ -1,7 +1,8 @@
 """Where a server's rounds go, stage by stage: wall and CPU seconds per stage of a compressed
 round (proof check, decode + global update, the aim, the pull's encode, the round count), summed
-over the job. Off unless CDSGD_SERVER_STATS is set (python -m cdsgd_mx.bench.comm sets it and
-prints the medians); on, it costs two clock reads per stage.
+over the job, and the server's CPU seconds while it served (every thread, every kind of round;
+a waiting server takes none). Off unless CDSGD_SERVER_STATS is set (python -m cdsgd_mx.bench.comm
+and bench.overlap set it); on, it costs two clock reads per stage.
 
     stages = Stages.from_env()
     t = stages.start()
@@ -20,6 +21,12 @@ class Stages:
     def __init__(self, on):
         self.on = on
         self.wall, self.cpu = {}, {}
+        self.serving_since = None
+
+    def serving(self):
+        """The server starts serving: its CPU from here on is the job's (not its start's)."""
+        if self.on:
+            self.serving_since = time.process_time()
 
     @classmethod
     def from_env(cls):
@@ -38,7 +45,8 @@ class Stages:
         return now
 
     def report(self):
-        """The line to print at the end, or None when off or nothing was timed."""
-        if not self.wall:
+        """The line to print at the end, or None when off."""
+        if not self.on:
             return None
-        return LINE + json.dumps({"wall": self.wall, "cpu": self.cpu})
+        serving = time.process_time() - self.serving_since if self.serving_since is not None else None
+        return LINE + json.dumps({"wall": self.wall, "cpu": self.cpu, "serving_cpu": serving})

@@ -113,6 +113,8 @@ def test_emulated_compute_on_emulated_hosts(tmp_path):
     for alg in ("ssgd", "bitsgd", "odsgd", "cdsgd"):
         assert 39 <= jobs[alg]["compute_ms"] <= 60, jobs[alg]  # the waiting, measured as compute was
         assert 0 < jobs[alg]["worker_cpu_ms"] < jobs[alg]["iter_ms"], jobs[alg]
+        # the server's CPU while it served, per step: there, and not its start (about 1 s of imports)
+        assert 0 < jobs[alg]["server_cpu_ms"] < jobs[alg]["iter_ms"], jobs[alg]
     # an fp32 round: 1.06 MB from each worker into the server's 100 Mbit/s NIC, and back: >= 170 ms
     assert costs["phi_ms"] >= 160 and costs["psi_plus_delta_ms"] < 0.8 * costs["phi_ms"], costs
     tau = sum(r["compute_ms"] for r in jobs.values() if "_comm" not in r["job"]) / 4
@@ -120,3 +122,32 @@ def test_emulated_compute_on_emulated_hosts(tmp_path):
     for alg in ("ssgd", "bitsgd", "odsgd", "cdsgd"):
         assert 0.8 <= jobs[alg]["iter_ms"] / predicted[alg] <= 1.25, (alg, jobs[alg]["iter_ms"], predicted)
     assert jobs["cdsgd"]["iter_ms"] < 0.85 * jobs["ssgd"]["iter_ms"], jobs
+
+
+def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
+    """python -m cdsgd_mx.bench.scaling (issue 48): one cell (LeNet-5, 2 workers + 1 server on
+    3 emulated hosts at 100 Mbit/s, 20 ms of compute) with every algorithm beside the time
+    model, the servers' CPU, the verdict and the plot; and one-line stops for bad input.
+    Slow: one interleaved job of 3 nodes, about 25 s on 2 cores."""
+    from cdsgd_mx.cluster import emulate
+    bad = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.scaling", "--workers", "2,4", "--servers", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and bad.stderr.strip() == \
+        "bench.scaling: --servers needs one entry per --workers entry (2), got 1", bad.stderr
+    if emulate.unavailable():
+        pytest.skip(emulate.unavailable())
+    out, png = tmp_path / "cells.json", tmp_path / "scaling.png"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.scaling", "--models", "lenet5", "--workers", "2",
+                           "--servers", "1", "--nic", "100mbit", "--compute-ms", "lenet5=20", "--json", str(out),
+                           "--plot", str(png)], capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    cell = json.loads(out.read_text())["cells"][0]
+    assert (cell["model"], cell["workers"], cell["servers"], cell["nic"]) == ("lenet5", 2, 1, "100mbit")
+    assert 19 <= cell["tau_ms"] <= 35 and cell["psi_plus_delta_ms"] < cell["phi_ms"], cell
+    for alg in ("ssgd", "bitsgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"):
+        assert 0.75 <= cell["iter_ms"][alg] / cell["model_ms"][alg] <= 1.3, (alg, cell)
+        assert 0 < cell["worker_cpu_ms"][alg] < cell["iter_ms"][alg], (alg, cell)
+    assert 0 < cell["server_cpu_ms"] < cell["iter_ms"]["ssgd"], cell
+    # LeNet-5's fp32 round at 100 Mbit/s is 4x its compute: communication dominates, CD-SGD gains
+    assert cell["cdsgd_comm_ms"] > cell["tau_ms"] and cell["iter_ms"]["cdsgd"] < 0.8 * cell["iter_ms"]["ssgd"], cell
+    assert "CD-SGD / BIT-SGD" in proc.stdout and png.stat().st_size > 10_000

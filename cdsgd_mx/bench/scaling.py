@@ -1,0 +1,206 @@
+"""CD-SGD's speed by worker count on a cluster's network (issue 48): the scaling table.
+
+    python -m cdsgd_mx.bench.scaling [--models resnet50,inception_bn] [--workers 2,4,8,16]
+        [--servers 1,1,2,4] [--nic 1gbit] [--compute-ms resnet50=90,inception_bn=25]
+        [--k 5] [--iterations 10] [--json FILE] [--plot FILE.png]
+
+Each cell (a model, W workers, S servers) is one job of `python -m cdsgd_mx.bench.overlap
+--interleaved` on W + S emulated hosts, a NIC of --nic each way per host, each worker's
+forward/backward replaced by --compute-ms of waiting (gradients of the model's real shapes;
+communication, codec, servers and local update real). In the job the algorithms take turns:
+S-SGD, BIT-SGD, OD-SGD, CD-SGD (k = --k) and, with 2-bit pulls, BIT-SGD and CD-SGD both ways,
+beside the fp32 round (phi), the 2-bit round (psi + delta) and the both-ways round alone. Each
+algorithm's iteration time is printed beside the time model's (cdsgd_mx.experiments.timemodel,
+eqs. 2-7, calibrated by the cell's own tau, phi and psi).
+
+The goal per cell where the model says communication dominates (CD-SGD's mean communication
+((k-1)(psi+delta) + phi)/k above tau): CD-SGD within 15% of max(tau, that communication), and
+faster than BIT-SGD and S-SGD. The cell's line says which goal it misses.
+
+--compute-ms: the paper gives no per-iteration compute times; the defaults are estimates (see
+docs/performance.md). --json writes every cell's rows; --plot draws time per step against
+workers, one line per algorithm, a panel per model.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from cdsgd_mx.experiments import provenance, timemodel
+
+ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
+DEFAULT_COMPUTE_MS = {"resnet50": 90.0, "inception_bn": 25.0}
+
+
+def run_cell(model, workers, servers, nic, compute_ms, k, iterations, timeout):
+    cmd = [sys.executable, "-m", "cdsgd_mx.bench.overlap", "--interleaved", "--json", "--model", model,
+           "--workers", str(workers), "--servers", str(servers), "--emulate-hosts", str(workers + servers),
+           "--nic", nic, "--compute-ms", str(compute_ms), "--k", str(k), "--iterations", str(iterations),
+           "--algorithms", ",".join(ALGORITHMS), "--timeout", str(timeout)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    jobs = {r["job"]: r for r in rows if "job" in r}
+    costs = next((r for r in rows if "phi_ms" in r), None)
+    if proc.returncode != 0 or costs is None or set(jobs) != set(ALGORITHMS):
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
+        raise RuntimeError("the %s cell with %d workers and %d servers failed (exit code %d)"
+                           % (model, workers, servers, proc.returncode))
+    tau = sum(r["compute_ms"] for r in jobs.values()) / len(jobs)
+    model_costs = timemodel.calibrate(tau, costs["phi_ms"], costs["psi_plus_delta_ms"],
+                                      pull_round_ms=costs.get("psi_pull_plus_delta_ms"))
+    predicted = timemodel.predict(model_costs, k)
+    comm_cd = ((k - 1) * costs["psi_plus_delta_ms"] + costs["phi_ms"]) / k
+    cell = {"model": model, "workers": workers, "servers": servers, "nic": nic, "compute_ms_emulated": compute_ms,
+            "k": k, "tau_ms": tau, "phi_ms": costs["phi_ms"], "psi_plus_delta_ms": costs["psi_plus_delta_ms"],
+            "psi_pull_plus_delta_ms": costs.get("psi_pull_plus_delta_ms"), "cdsgd_comm_ms": comm_cd,
+            "server_cpu_ms": jobs["cdsgd"].get("server_cpu_ms_job"),
+            "iter_ms": {a: jobs[a]["iter_ms"] for a in ALGORITHMS},
+            "model_ms": {a: predicted[a] for a in ALGORITHMS if a in predicted},
+            "worker_cpu_ms": {a: jobs[a].get("worker_cpu_ms") for a in ALGORITHMS}}
+    cell["verdict"] = verdict(cell)
+    return cell
+
+
+def verdict(cell):
+    """The goal's outcome in one phrase: met, missed (which part), or not asked (compute dominates)."""
+    t = cell["iter_ms"]
+    bound = max(cell["tau_ms"], cell["cdsgd_comm_ms"])
+    misses = []
+    if t["cdsgd"] > 1.15 * bound:
+        misses.append("CD-SGD %.2fx max(compute, comm)" % (t["cdsgd"] / bound))
+    for other in ("bitsgd", "ssgd"):
+        if t["cdsgd"] >= t[other]:
+            misses.append("CD-SGD not faster than %s" % other)
+    if cell["cdsgd_comm_ms"] <= cell["tau_ms"]:
+        return "compute dominates (goal not asked)" + ("; " + ", ".join(misses) if misses else "")
+    return "goal met" if not misses else "missed: " + ", ".join(misses)
+
+
+def print_cell(cell):
+    print("\n%s, %d workers + %d servers on %d hosts, %s NICs, compute %.0f ms (measured %.1f)" % (
+        cell["model"], cell["workers"], cell["servers"], cell["workers"] + cell["servers"], cell["nic"],
+        cell["compute_ms_emulated"], cell["tau_ms"]))
+    print("  rounds alone: fp32 (phi) %.1f ms, 2-bit (psi + delta) %.1f ms, 2-bit both ways %s ms; "
+          "busiest server's CPU %s ms per step" % (
+              cell["phi_ms"], cell["psi_plus_delta_ms"],
+              "%.1f" % cell["psi_pull_plus_delta_ms"] if cell["psi_pull_plus_delta_ms"] is not None else "-",
+              "%.1f" % cell["server_cpu_ms"] if cell["server_cpu_ms"] is not None else "-"))
+    print("  %-12s %10s %10s %8s %14s" % ("algorithm", "iter ms", "model ms", "/model", "worker CPU ms"))
+    for a in ALGORITHMS:
+        m = cell["model_ms"].get(a)
+        cpu = cell["worker_cpu_ms"].get(a)
+        print("  %-12s %10.1f %10s %8s %14s" % (a, cell["iter_ms"][a], "%.1f" % m if m else "-",
+                                               "%.2f" % (cell["iter_ms"][a] / m) if m else "-",
+                                               "%.1f" % cpu if cpu is not None else "-"))
+    t = cell["iter_ms"]
+    print("  CD-SGD / BIT-SGD %.2f (%.0f%% faster), / S-SGD %.2f, / max(compute, comm) %.2f; both ways: "
+          "CD-SGD / BIT-SGD %.2f; %s" % (
+              t["cdsgd"] / t["bitsgd"], 100 * (t["bitsgd"] / t["cdsgd"] - 1), t["cdsgd"] / t["ssgd"],
+              t["cdsgd"] / max(cell["tau_ms"], cell["cdsgd_comm_ms"]), t["cdsgd_2bit"] / t["bitsgd_2bit"],
+              cell["verdict"]), flush=True)
+
+
+def plot(cells, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    models = sorted({c["model"] for c in cells})
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = sorted((c for c in cells if c["model"] == model), key=lambda c: c["workers"])
+        ws = [c["workers"] for c in mine]
+        for a in ALGORITHMS:
+            ax.plot(ws, [c["iter_ms"][a] for c in mine], marker="o", label=a,
+                    linestyle="--" if a.endswith("_2bit") else "-")
+        ax.plot(ws, [c["tau_ms"] for c in mine], color="grey", linestyle=":", label="compute (tau)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(ws)
+        ax.set_xticklabels([str(w) + "w/" + str(c["servers"]) + "s" for w, c in zip(ws, mine)])
+        ax.set_xlabel("workers / servers (a host each, %s NICs)" % mine[0]["nic"])
+        ax.set_ylabel("time per step (ms)")
+        ax.set_title("%s, compute %.0f ms emulated" % (model, mine[0]["compute_ms_emulated"]))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def parse_list(text, name, cast=int):
+    try:
+        values = [cast(v) for v in text.split(",") if v.strip()]
+        if not values or min(values) < 1:
+            raise ValueError
+        return values
+    except ValueError:
+        sys.exit("bench.scaling: --%s takes comma-separated numbers >= 1, got %r" % (name, text))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m cdsgd_mx.bench.scaling", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="resnet50,inception_bn")
+    ap.add_argument("--workers", default="2,4,8,16")
+    ap.add_argument("--servers", default="1,1,2,4", help="servers of each --workers entry")
+    ap.add_argument("--nic", default="1gbit", help="each host's NIC, each way (tc rate)")
+    ap.add_argument("--compute-ms", default=",".join("%s=%g" % kv for kv in DEFAULT_COMPUTE_MS.items()),
+                    help="MODEL=MS,... (default: estimates, see docs/performance.md)")
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--iterations", type=int, default=10, help="timed steps per algorithm (whole cycles of 2k)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds a cell's job may run")
+    ap.add_argument("--json", help="write the cells here")
+    ap.add_argument("--plot", help="draw time per step against workers here (PNG)")
+    args = ap.parse_args(argv)
+    from cdsgd_mx.cluster import emulate
+    from cdsgd_mx.cluster.launch import RATE_RE
+    from cdsgd_mx.experiments import models as known
+    workers, servers = parse_list(args.workers, "workers"), parse_list(args.servers, "servers")
+    if len(workers) != len(servers):
+        sys.exit("bench.scaling: --servers needs one entry per --workers entry (%d), got %d"
+                 % (len(workers), len(servers)))
+    models = [m for m in args.models.split(",") if m]
+    bad = [m for m in models if m not in known.INPUT_SHAPES]
+    if bad or not models:
+        sys.exit("bench.scaling: --models must be some of %s, got %r" % (", ".join(known.INPUT_SHAPES), args.models))
+    compute = dict(DEFAULT_COMPUTE_MS)
+    try:
+        for item in filter(None, args.compute_ms.split(",")):
+            name, ms = item.split("=")
+            compute[name] = float(ms)
+            if not compute[name] >= 0:
+                raise ValueError
+    except ValueError:
+        sys.exit("bench.scaling: --compute-ms takes MODEL=MS,... with MS >= 0, got %r" % args.compute_ms)
+    missing = [m for m in models if m not in compute]
+    if missing:
+        sys.exit("bench.scaling: --compute-ms has no time for %s (give MODEL=MS)" % ", ".join(missing))
+    if not RATE_RE.match(args.nic):
+        sys.exit("bench.scaling: --nic must be a tc rate such as 100mbit or 1gbit, got %r" % args.nic)
+    if args.k < 1 or args.iterations < 1:
+        sys.exit("bench.scaling: --k and --iterations must be >= 1")
+    if emulate.unavailable():
+        sys.exit("bench.scaling: emulated hosts are not available here: %s" % emulate.unavailable())
+    record = {"provenance": provenance.record(), "cells": []}
+    grid = [(m, w, s) for m in models for w, s in zip(workers, servers)]
+    start = time.time()
+    for i, (model, w, s) in enumerate(grid):
+        print("bench.scaling: (%d/%d) %s, %d workers + %d servers, %.0f s so far ..."
+              % (i + 1, len(grid), model, w, s, time.time() - start), flush=True)
+        try:
+            cell = run_cell(model, w, s, args.nic, compute[model], args.k, args.iterations, args.timeout)
+        except RuntimeError as e:
+            sys.exit("bench.scaling: %s" % e)
+        record["cells"].append(cell)
+        print_cell(cell)
+        if args.json:  # after every cell: a long grid keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump(record, f, indent=1)
+    if args.plot:
+        plot(record["cells"], args.plot)
+        print("bench.scaling: plot written to %s" % args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
