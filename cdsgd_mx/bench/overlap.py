@@ -310,8 +310,9 @@ def interleaved_results(args):
                         "cycle_iter_ms": [c[alg] for c in r["cycle_iter_ms"]],
                         "worker_cpu_ms": r["worker_cpu_ms"][alg], "server_cpu_ms_job": r["server_cpu_ms"]}
         if args.json:
-            print(json.dumps(dict(results[alg], job=alg, interleaved=True, bandwidth=args.bandwidth or "loopback")),
-                  flush=True)
+            print(json.dumps(dict(results[alg], job=alg, interleaved=True, bandwidth=args.bandwidth or "loopback",
+                                  nic=args.nic, emulate_hosts=args.emulate_hosts,
+                                  compute_ms_emulated=args.compute_ms)), flush=True)
     return results, r["phi_ms"], r["psi_plus_delta_ms"], r
 
 
