@@ -201,7 +201,7 @@ class BucketSet:
         # its weights are copied from (a parameter cut into pieces is contiguous in grad_buf
         # and loc_buf; in comm_buf only when no region lies between its pieces)
         self.grad_views, self._comm_views, self._loc_views = {}, {}, {}
-        self._staging = {}                # key -> a whole array for a parameter cut in comm_buf
+        self._whole = {}                  # key -> a whole array for a parameter cut in comm_buf
         self._spans = {}                  # key -> [begin, end) of the parameter in grad_buf's layout
         for key, shape in shapes.items():
             begin = min(s.offset for s in self.slots if s.key == key)
@@ -221,7 +221,7 @@ class BucketSet:
                 # the pieces meet in a whole array of the parameter's shape, then one copy of all
                 # of it: MKL-DNN may keep the parameter's own array in a blocked layout (after a
                 # forward pass outside autograd), whose views it refuses to write
-                self._staging[key] = mx.nd.zeros(shape, ctx=self.comm_buf.context)
+                self._whole[key] = mx.nd.zeros(shape, ctx=self.comm_buf.context)
             if self.loc_buf is not None:
                 self._loc_views[key] = self.loc_buf[begin:end].reshape(shape)
 
@@ -286,7 +286,7 @@ class BucketSet:
         for key, devices in self.outs.items():
             view = views[key]
             if isinstance(view, list):  # a parameter cut by a proof region: its pieces, then whole
-                staging = self._staging[key]
+                staging = self._whole[key]
                 flat = staging.reshape((-1,))
                 pairs += [(piece, flat[begin:end]) for piece, begin, end in view]
                 pairs += [(staging, out) for out in devices]
