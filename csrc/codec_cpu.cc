@@ -403,12 +403,12 @@ int64_t first_piece(const Piece* pieces, int64_t npieces, int64_t b) {
   return std::upper_bound(pieces, pieces + npieces, b, [](int64_t v, const Piece& p) { return v < p.end; }) - pieces;
 }
 
-// sum of (w - v)^2 over [0, m) in float64, in a fixed order whatever the thread count: eight
-// lanes (value i into lane i % 8, sequentially), then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
-CDSGD_CLONES
 // Eight float64 lanes added in a fixed tree: the same sum whatever the machine.
 double sum_lanes(const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
 
+// sum of (w - v)^2 over [0, m) in float64, in a fixed order whatever the thread count: eight
+// lanes (value i into lane i % 8, sequentially), then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
+CDSGD_CLONES
 double sum_of_squares(const float* w, const float* v, int64_t m) {
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
@@ -545,6 +545,7 @@ void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t np
   }
 }
 
+CDSGD_CLONES
 void pull_norms(const float* w, const float* v, int64_t n, double* norms) {
   double lane_e[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lane_w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;

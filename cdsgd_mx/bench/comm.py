@@ -325,7 +325,7 @@ def run_job(args, model, label, system):
         result["spans"] = [span_medians(trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"]),
                                         WARMUP_ROUNDS)
                            for r in result["workers"]]
-    found_stages = [json.loads(l.split(stages.LINE, 1)[1]) for l in proc.stdout.splitlines() if stages.LINE in l]
+    found_stages = stages.reports(proc.stdout)
     if found_stages:  # the busiest server's compressed rounds, stage by stage: ms per round of the job
         rounds = WARMUP_ROUNDS + args.rounds * (2 if system in ALTERNATING else 1)
         busiest = max(found_stages, key=lambda st: sum(st["wall"].values()))

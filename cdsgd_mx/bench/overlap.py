@@ -288,9 +288,7 @@ def run_job(cmd, name):
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-2000:])
         sys.exit("bench.overlap: the %s job failed (exit code %d)" % (name, proc.returncode))
     result = json.loads(lines[0].split("RESULT ", 1)[1])
-    served = [json.loads(l.split(stages.LINE, 1)[1])["serving_cpu"] for l in proc.stdout.splitlines()
-              if stages.LINE in l]
-    served = [s for s in served if s is not None]
+    served = [r["serving_cpu"] for r in stages.reports(proc.stdout) if r["serving_cpu"] is not None]
     result["server_cpu_ms"] = 1e3 * max(served) / result["steps"] if served and result.get("steps") else None
     return result
 
@@ -344,7 +342,8 @@ def leader(args):
     else:
         results = separate_results(args)
         phi, psi = results.pop("ssgd_comm")["iter_ms"], results.pop("bitsgd_comm")["iter_ms"]
-    comm_cd = ((args.k - 1) * psi + phi) / args.k  # the paper's eq. 6 averaged over k steps
+    from cdsgd_mx.experiments import timemodel
+    comm_cd = timemodel.cd_communication(phi, psi, args.k)
     psi_pull = job.get("psi_pull_plus_delta_ms") if args.interleaved else None
     if args.json:
         costs = {"phi_ms": phi, "psi_plus_delta_ms": psi, "cdsgd_comm_ms": comm_cd}
@@ -359,7 +358,6 @@ def leader(args):
         ", compute emulated: %g ms of waiting per step" % args.compute_ms if args.compute_ms is not None else ""))
     print("communication per step, measured alone: fp32 round (phi) %.1f ms, 2-bit round (psi + delta) %.1f ms;"
           " CD-SGD mean ((k-1)(psi+delta) + phi)/k = %.1f ms" % (phi, psi, comm_cd))
-    from cdsgd_mx.experiments import timemodel
     tau = sum(r["compute_ms"] for r in results.values()) / len(results)
     if psi_pull is not None:
         print("2-bit round with a 2-bit pull (psi_pull + delta) %.1f ms" % psi_pull)

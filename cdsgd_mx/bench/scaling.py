@@ -51,7 +51,7 @@ def run_cell(model, workers, servers, nic, compute_ms, k, iterations, timeout):
     model_costs = timemodel.calibrate(tau, costs["phi_ms"], costs["psi_plus_delta_ms"],
                                       pull_round_ms=costs.get("psi_pull_plus_delta_ms"))
     predicted = timemodel.predict(model_costs, k)
-    comm_cd = ((k - 1) * costs["psi_plus_delta_ms"] + costs["phi_ms"]) / k
+    comm_cd = timemodel.cd_communication(costs["phi_ms"], costs["psi_plus_delta_ms"], k)
     cell = {"model": model, "workers": workers, "servers": servers, "nic": nic, "compute_ms_emulated": compute_ms,
             "k": k, "tau_ms": tau, "phi_ms": costs["phi_ms"], "psi_plus_delta_ms": costs["psi_plus_delta_ms"],
             "psi_pull_plus_delta_ms": costs.get("psi_pull_plus_delta_ms"), "cdsgd_comm_ms": comm_cd,

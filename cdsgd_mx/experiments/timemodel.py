@@ -80,6 +80,12 @@ def mean_t_cd(c, k, pull=False):
     return sum(t_cd(c, i, k, pull) for i in range(k)) / k
 
 
+def cd_communication(phi, psi_plus_delta, k):
+    """CD-SGD's mean communication per step, eq. 6 averaged over k steps: ((k-1)(psi+delta) + phi)/k
+    (an fp32 correction every k-th step, 2-bit rounds between)."""
+    return ((k - 1) * psi_plus_delta + phi) / k
+
+
 def predict(c, k):
     """Predicted mean iteration time of each algorithm (and of BIT-SGD and CD-SGD with 2-bit
     pulls, 'bitsgd_2bit' and 'cdsgd_2bit', where psi_pull was measured)."""

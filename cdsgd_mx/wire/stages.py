@@ -50,3 +50,8 @@ class Stages:
             return None
         serving = time.process_time() - self.serving_since if self.serving_since is not None else None
         return LINE + json.dumps({"wall": self.wall, "cpu": self.cpu, "serving_cpu": serving})
+
+
+def reports(output):
+    """Every server's report in a job's output (lines prefixed by the launcher), as dicts."""
+    return [json.loads(line.split(LINE, 1)[1]) for line in output.splitlines() if LINE in line]
