@@ -437,6 +437,12 @@ class CDSGD(KVStoreBase):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""
         self.engine.wait_all(self._sets)
 
+    def barrier(self):
+        """Wait for every round in flight, then until every worker gets here (e.g. to start
+        a timed round together: a worker still pulling the last round would count as its cost)."""
+        self.wait_all()
+        self._backend.barrier()
+
     def set_learning_rate(self, lr, local_lr=None):
         """Global learning rate on the servers (after rounds in flight finish) and the local
         one: local_lr, or scaled by the same factor as the global one."""

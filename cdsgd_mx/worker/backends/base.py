@@ -86,6 +86,9 @@ class Backend(abc.ABC):
     def tally(self, key, value): """The sum of every worker's value for this round."""
 
     @abc.abstractmethod
+    def barrier(self): """Wait until every worker reaches this point."""
+
+    @abc.abstractmethod
     def set_learning_rate(self, lr): """The servers' learning rate."""
 
     @abc.abstractmethod

@@ -218,6 +218,10 @@ class DistBackend(Backend):
                 self.round_trip(b.down_key, np.zeros(down_size(b.size, len(b.slots)), np.float32))
         self.kv._barrier()
 
+    def barrier(self):
+        with heartbeat.waiting("a barrier (every worker reaches the same point)"):
+            self.kv._barrier()
+
     def assign(self, values):
         """Set global weights: {weight key: array (rank 0's values)} (checkpoint restore)."""
         self.command({"op": "assign", "keys": list(values)})

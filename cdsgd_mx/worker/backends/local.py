@@ -50,6 +50,9 @@ class LocalBackend(Backend):
             if k in self.server.copies:  # the next aim's last update starts at the assigned W
                 self.server.copies.set_weights(k, self.store[k])
 
+    def barrier(self):  # one worker: nobody to wait for
+        pass
+
     def gather_rows(self, key, row):
         return np.asarray(row, np.float32).reshape(1, -1)
 
