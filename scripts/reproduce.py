@@ -547,6 +547,26 @@ def plot_ksweep(exp, results, out_dir):
     return [path]
 
 
+def train_network(results):
+    """The network the runs' epochs were timed on, in words, from their config.json (runs made
+    before the field existed ran on the shared loopback)."""
+    kinds = set()
+    for runs in results.values():
+        for r in runs:
+            try:
+                cfg = json.load(open(os.path.join(r.folder, "config.json")))
+            except (OSError, ValueError, TypeError):
+                continue
+            rate, workers, servers = cfg.get("bandwidth"), cfg.get("workers"), cfg.get("servers")
+            if cfg.get("network") == "hosts":
+                kinds.add("%d emulated hosts (%d workers + %d servers), a %s NIC each way per host"
+                          % (workers + servers, workers, servers, rate or "unshaped"))
+            else:
+                kinds.add("every node on one loopback" + (" shaped to %s, shared by all nodes and both directions"
+                                                         % rate if rate else ", unshaped"))
+    return "Network: " + ("; ".join(sorted(kinds)) if kinds else "unknown (no config.json)") + "."
+
+
 def table_ksweep(exp, results, quick, data, note):
     names = [n for n, _ in KSWEEP_RUNS]
     lines = ["# fig9 and table2: %s, k-sensitivity%s" % (exp["title"], " (quick)" if quick else ""), "",
@@ -557,7 +577,7 @@ def table_ksweep(exp, results, quick, data, note):
         accs = [results[(n, w)][0].epochs[-1].get("test_accuracy") for n in names]
         lines.append("| %d | " % w + " | ".join("%.2f%%" % (100 * a) if a is not None else "-" for a in accs) + " |")
     lines += ["", exp["paper_note"], "", "## Table 2: average epoch wall-clock time (s), ours (paper, K80)", "",
-              "| workers | " + " | ".join(LABELS[n] for n in names) + " |", "|---|" + "---|" * len(names)]
+              train_network(results), "", "| workers | " + " | ".join(LABELS[n] for n in names) + " |", "|---|" + "---|" * len(names)]
     for w in worker_counts:
         paper = exp["paper_epoch_s"].get(w, {})
         lines.append("| %d | " % w + " | ".join(
@@ -714,7 +734,7 @@ def table_ksweep_seeds(exp, results, quick, data, note, claims):
         lines.append("| %d | " % w + " | ".join("%s (%s)" % (c[0], c[1]) for c in cells) + " |")
     lines += [""] + per_seed_lines(results, names)
     lines += ["", exp["paper_note"], "", "## Table 2: average epoch wall-clock time (s), mean ± std over seeds "
-              "(paper, K80)", ""] + head
+              "(paper, K80)", "", train_network(results), ""] + head
     for w in worker_counts:
         paper = exp["paper_epoch_s"].get(w, {})
         lines.append("| %d | " % w + " | ".join("%s (%s)" % (

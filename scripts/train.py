@@ -252,7 +252,9 @@ def worker(cfg, resume):
             made["resumed_at_epoch"] = start_epoch
             made["before"] = earlier_provenance(cfg.out)
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
-            json.dump(dict(C.as_dict(cfg), k_used=k, data=source, provenance=made), f, indent=1)
+            # the scheduler's address says where the job ran (network: hosts puts it on an emulated host)
+            json.dump(dict(C.as_dict(cfg), k_used=k, data=source, scheduler=os.environ.get("DMLC_PS_ROOT_URI"),
+                           provenance=made), f, indent=1)
     it = start_epoch * per_epoch
     log = open_metrics(os.path.join(cfg.out, "metrics-rank%d.jsonl" % rank), resume or restarted, it, start_epoch)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -367,18 +369,28 @@ def main(argv=None):
             return 2
     if not args.worker:
         os.environ[COMMAND_ENV] = json.dumps(current_command(argv))
+    overrides = list(args.overrides)
+    if cfg.network == "hosts" and not args.worker:
+        from cdsgd_mx.cluster import emulate
+        if emulate.unavailable():  # the run records the network it ran on (config.json)
+            print("train: emulated hosts are not available here (%s): every node on one shared loopback "
+                  "instead (network=shared)" % emulate.unavailable(), flush=True)
+            cfg.network = "shared"
+            overrides.append("network=shared")
     if args.worker or (cfg.workers == 1 and not cfg.bandwidth and not cfg.latency):
         worker(cfg, args.resume)
         return 0
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(cfg.workers), "-s", str(cfg.servers),
            "--stall-timeout", str(cfg.stall_timeout), "--start-timeout", str(cfg.start_timeout),
            "--max-restarts", str(cfg.max_restarts)]
-    if cfg.bandwidth:
+    if cfg.network == "hosts":  # a host per node, a NIC of `bandwidth` each way per host
+        cmd += ["--emulate-hosts", str(cfg.workers + cfg.servers)] + (["--nic", cfg.bandwidth] if cfg.bandwidth else [])
+    elif cfg.bandwidth:
         cmd += ["--bandwidth", cfg.bandwidth]
     if cfg.latency:
         cmd += ["--latency", str(cfg.latency)]
     cmd += ["--", sys.executable, os.path.abspath(__file__), "--config", os.path.abspath(args.config),
-            "--worker"] + (["--resume"] if args.resume else []) + args.overrides
+            "--worker"] + (["--resume"] if args.resume else []) + overrides
     return subprocess.call(cmd)
 
 

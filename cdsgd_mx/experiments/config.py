@@ -15,6 +15,7 @@ from cdsgd_mx.worker.schedule import ALGORITHMS
 MODELS = ("lenet5", "resnet20", "inception_bn", "alexnet", "vgg16", "resnet50")
 DATASETS = ("mnist", "fashion_mnist", "cifar10", "imagenet", "synthetic")
 NONFINITE = ("error", "skip")
+NETWORKS = ("shared", "hosts")
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit)$", re.I)
 
 
@@ -45,7 +46,11 @@ class Config:
     fp32_sum: str = "arrival"       # 'rank': the servers sum fp32 pushes in rank order (one seed, one run, any workers)
     epochs: Optional[int] = None
     iterations: Optional[int] = None
-    bandwidth: Optional[str] = None  # emulated link, tc syntax (1gbit)
+    bandwidth: Optional[str] = None  # emulated link, tc syntax (1gbit): see network
+    # shared: every node behind the one loopback, shaped to bandwidth (both directions, all nodes);
+    # hosts: each node on an emulated host of its own, bandwidth its NIC's rate each way (a
+    # cluster's network; needs network namespaces: cdsgd_mx.cluster.emulate)
+    network: str = "shared"
     latency: Optional[float] = None  # ms
     seed: int = 0                    # init, shard, data order, augmentation and dropout all follow it
     seeds: int = 1                   # scripts/reproduce.py runs seed, seed + 1, ..., seed + seeds - 1
@@ -134,6 +139,7 @@ def _check(cfg):
     need(cfg.bandwidth is None or (isinstance(cfg.bandwidth, str) and bool(RATE_RE.match(cfg.bandwidth))),
          "bandwidth must be a tc rate such as 100mbit, 1gbit or 10gbit, or null, got %r" % (cfg.bandwidth,))
     number("latency", 0, strict=False, allow_none=True)
+    choice("network", NETWORKS)
     need(_is_int(cfg.seed), "seed must be an integer, got %r" % (cfg.seed,))
     need(cfg.seed >= 0, "seed must be an integer >= 0 (numpy's generators take no negative seed), got %r"
          % (cfg.seed,))

@@ -148,10 +148,28 @@ def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
     for alg in ("ssgd", "bitsgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"):
         assert 0.75 <= cell["iter_ms"][alg] / cell["model_ms"][alg] <= 1.3, (alg, cell)
         assert 0 < cell["worker_cpu_ms"][alg] < cell["iter_ms"][alg], (alg, cell)
+        assert 0 < cell["cpu_busy"][alg] < 1, (alg, cell)  # 3 nodes' few ms a step: not CPU-bound
     assert 0 < cell["server_cpu_ms"] < cell["iter_ms"]["ssgd"], cell
     # LeNet-5's fp32 round at 100 Mbit/s is 4x its compute: communication dominates, CD-SGD gains
     assert cell["cdsgd_comm_ms"] > cell["tau_ms"] and cell["iter_ms"]["cdsgd"] < 0.8 * cell["iter_ms"]["ssgd"], cell
     assert "CD-SGD / BIT-SGD" in proc.stdout and png.stat().st_size > 10_000
+
+
+def test_a_cell_whose_nodes_fill_the_cores_is_called_cpu_bound():
+    """The scaling table must not read a cell limited by this machine's 2 cores as the
+    network's verdict: 16 workers at 12 ms of CPU a step and 4 servers at 35 ms, in a 150 ms step
+    on 2 cores, keep (192 + 140) / 300 = 111% of them busy."""
+    from cdsgd_mx.bench import scaling
+    algs = scaling.ALGORITHMS
+    cell = {"workers": 16, "servers": 4, "cores": 2, "server_cpu_ms": 35.0, "tau_ms": 25.0, "cdsgd_comm_ms": 200.0,
+            "iter_ms": dict.fromkeys(algs, 150.0), "worker_cpu_ms": dict.fromkeys(algs, 12.0)}
+    cell["iter_ms"].update(cdsgd=150.0, bitsgd=170.0, ssgd=400.0)
+    cell["cpu_busy"] = scaling.cpu_busy(cell)
+    assert abs(cell["cpu_busy"]["cdsgd"] - (16 * 12 + 4 * 35) / (2 * 150)) < 1e-9
+    assert scaling.verdict(cell) == "missed: CPU-bound here (111% of 2 cores busy)"
+    cell["iter_ms"]["cdsgd"] = 1000.0  # the same CPU in a long step: the network's cell, and slow
+    cell["cpu_busy"] = scaling.cpu_busy(cell)
+    assert "CPU-bound" not in scaling.verdict(cell) and "not faster than bitsgd" in scaling.verdict(cell)
 
 
 def test_a_cut_parameter_that_mkldnn_keeps_blocked_still_gets_its_weights(tmp_path):
