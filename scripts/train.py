@@ -341,6 +341,35 @@ def pin_numerics(mode, argv=None):
     os.execve(sys.executable, current_command(), dict(os.environ, **{numerics.ENV: mode}))
 
 
+def settle_network(cfg, overrides):
+    """The network the run will have, in cfg and, where it differs from the config, in the
+    workers' overrides (config.json records what the run had). network: hosts needs emulated
+    hosts; without them, the shared loopback, shaped if a namespace can be made here, else
+    unshaped; each fallback said in one line. One worker with nothing to shape runs in this
+    process: no network at all."""
+    if cfg.workers == 1 and not cfg.bandwidth and not cfg.latency:
+        cfg.network = "shared"
+        return
+    if cfg.network != "hosts":
+        return
+    from cdsgd_mx.cluster import emulate, launch
+    why = emulate.unavailable()
+    if not why:
+        return
+    cfg.network = "shared"
+    overrides.append("network=shared")
+    why_not_shaped = launch.netns_unavailable() if (cfg.bandwidth or cfg.latency) else None
+    if why_not_shaped:
+        print("train: emulated hosts are not available here (%s), nor a shaped link (%s): every node on one "
+              "unshaped loopback instead (network=shared bandwidth=null latency=null)" % (why, why_not_shaped),
+              flush=True)
+        cfg.bandwidth = cfg.latency = None
+        overrides += ["bandwidth=null", "latency=null"]
+    else:
+        print("train: emulated hosts are not available here (%s): every node on one shared loopback instead "
+              "(network=shared)" % why, flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="scripts/train.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True)
@@ -370,13 +399,8 @@ def main(argv=None):
     if not args.worker:
         os.environ[COMMAND_ENV] = json.dumps(current_command(argv))
     overrides = list(args.overrides)
-    if cfg.network == "hosts" and not args.worker:
-        from cdsgd_mx.cluster import emulate
-        if emulate.unavailable():  # the run records the network it ran on (config.json)
-            print("train: emulated hosts are not available here (%s): every node on one shared loopback "
-                  "instead (network=shared)" % emulate.unavailable(), flush=True)
-            cfg.network = "shared"
-            overrides.append("network=shared")
+    if not args.worker:
+        settle_network(cfg, overrides)
     if args.worker or (cfg.workers == 1 and not cfg.bandwidth and not cfg.latency):
         worker(cfg, args.resume)
         return 0
@@ -389,6 +413,8 @@ def main(argv=None):
         cmd += ["--bandwidth", cfg.bandwidth]
     if cfg.latency:
         cmd += ["--latency", str(cfg.latency)]
+    # the user's command, for rank 0's provenance: over ssh (emulated hosts) only what the launcher sends arrives
+    cmd += ["--env", "%s=%s" % (COMMAND_ENV, os.environ[COMMAND_ENV])]
     cmd += ["--", sys.executable, os.path.abspath(__file__), "--config", os.path.abspath(args.config),
             "--worker"] + (["--resume"] if args.resume else []) + overrides
     return subprocess.call(cmd)

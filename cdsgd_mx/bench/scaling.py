@@ -72,10 +72,11 @@ def cpu_busy(cell):
     """Per algorithm, the share of this machine's cores the cell's nodes kept busy a step: the W
     workers' CPU and S times the busiest server's (over the whole job: an upper bound) over
     cores x the step's time. Near 1 the cell measures this machine's cores, not the network:
-    on a cluster every node has cores of its own."""
-    server = cell["server_cpu_ms"] or 0.0
-    return {a: (cell["workers"] * (cell["worker_cpu_ms"][a] or 0.0) + cell["servers"] * server)
-            / (cell["cores"] * cell["iter_ms"][a]) for a in ALGORITHMS}
+    on a cluster every node has cores of its own. None where a node's CPU was not reported."""
+    server = cell["server_cpu_ms"]
+    return {a: None if server is None or cell["worker_cpu_ms"].get(a) is None else  # not reported: unknown
+            (cell["workers"] * cell["worker_cpu_ms"][a] + cell["servers"] * server) / (cell["cores"] * cell["iter_ms"][a])
+            for a in ALGORITHMS}
 
 
 def verdict(cell):

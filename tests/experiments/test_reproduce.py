@@ -403,3 +403,25 @@ def test_seeds_come_from_the_option_else_the_config(tmp_path):
     config.write_text(base.replace("seed: 0", "seeds: 0"))
     with pytest.raises(SystemExit, match="seeds must be an integer >= 1, got 0"):
         rp.seed_list(exp, None)
+
+
+def test_table2_names_the_network_its_runs_had(tmp_path):
+    """Table 2's network line comes from each run's config.json (issue 48): emulated hosts with
+    their NIC, the shared loopback shaped or not (and runs made before the field: shared)."""
+    import json
+    rp = _reproduce_module()
+
+    def run_in(name, **config):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(dict({"workers": 2, "servers": 1}, **config)))
+        return rp.Run(0, [], [], str(folder))
+
+    hosts = {("ssgd", 2): [run_in("a", network="hosts", bandwidth="1gbit")]}
+    assert rp.train_network(hosts) == \
+        "Network: 3 emulated hosts (2 workers + 1 servers), a 1gbit NIC each way per host."
+    older = {("ssgd", 2): [run_in("b", bandwidth=None)], ("bitsgd", 2): [run_in("c", network="shared",
+                                                                                 bandwidth="100mbit")]}
+    assert rp.train_network(older) == "Network: every node on one loopback shaped to 100mbit, shared by all " \
+                                      "nodes and both directions; every node on one loopback, unshaped."
+    assert rp.train_network({("ssgd", 2): [rp.Run(0, [], [], None)]}) == "Network: unknown (no config.json)."

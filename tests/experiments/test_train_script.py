@@ -57,12 +57,64 @@ def test_network_hosts_runs_each_node_on_an_emulated_host(tmp_path):
     config = json.load(open(os.path.join(out, "config.json")))
     assert config["network"] == "hosts" and config["bandwidth"] == "100mbit", config
     assert config["scheduler"].startswith(emulate.SUBNET), config  # not this machine's loopback
+    # rank 0 ran over ssh on its host, and still records the user's command, not its own
+    command = config["provenance"]["command"]
+    assert "network=hosts" in command and "--worker" not in command, command
     shared = str(tmp_path / "shared")
     proc = run("dataset=synthetic", "epochs=null", "iterations=2", "warmup_steps=1", "checkpoint=false",
                "out=" + shared)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     config = json.load(open(os.path.join(shared, "config.json")))
     assert config["network"] == "shared" and config["scheduler"].startswith("127."), config
+
+
+def load_train_script():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_script", TRAIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("netns,expected_launch,expected_overrides", [
+    (None, ["--bandwidth", "1gbit"], ["network=shared"]),  # a namespace: the shared loopback, shaped
+    ("no namespaces here", [], ["network=shared", "bandwidth=null", "latency=null"]),  # nothing: unshaped
+])
+def test_network_hosts_falls_back_where_no_hosts_can_be_made(tmp_path, monkeypatch, capsys, netns,
+                                                           expected_launch, expected_overrides):
+    """Where emulated hosts cannot be made, network: hosts becomes the shared loopback, shaped
+    where a namespace can be made, else unshaped, said in one line; the workers get the network
+    they really have as overrides (their config.json records it)."""
+    from cdsgd_mx.cluster import emulate, launch
+    train = load_train_script()
+    monkeypatch.setattr(emulate, "unavailable", lambda: "no emulated hosts here")
+    monkeypatch.setattr(launch, "netns_unavailable", lambda: netns)
+    monkeypatch.setenv(train.COMMAND_ENV, "")  # main() sets it: restored after the test
+    launched = []
+    monkeypatch.setattr(train.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
+    assert train.main(["--config", CONFIG, "dataset=synthetic", "epochs=null", "iterations=2", "network=hosts",
+                       "bandwidth=1gbit", "out=" + str(tmp_path / "x")]) == 0
+    (cmd,) = launched
+    launch_args, worker_args = cmd[:cmd.index("--")], cmd[cmd.index("--"):]
+    assert "--emulate-hosts" not in launch_args and "--nic" not in launch_args
+    assert ("--bandwidth" in launch_args) == bool(expected_launch)
+    if expected_launch:
+        assert launch_args[launch_args.index("--bandwidth"):][:2] == expected_launch
+    assert worker_args[-len(expected_overrides):] == expected_overrides, worker_args
+    said = capsys.readouterr().out
+    assert "emulated hosts are not available here (no emulated hosts here)" in said, said
+    assert ("unshaped loopback" in said) == (netns is not None), said
+
+
+def test_one_worker_with_nothing_to_shape_records_no_emulated_hosts(tmp_path):
+    """One worker without bandwidth or latency trains in its own process: its config.json must
+    not claim emulated hosts."""
+    out = str(tmp_path / "one")
+    proc = run("dataset=synthetic", "epochs=null", "iterations=2", "workers=1", "network=hosts", "checkpoint=false",
+               "out=" + out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["network"] == "shared" and config["scheduler"] is None, config
 
 
 @pytest.mark.parametrize("override,message", [
