@@ -814,10 +814,6 @@ def seeds_record(name, quick, data, results, claims):
 SPEED_FIELDS = ("models", "batches", "bandwidths", "workers", "servers", "iterations", "warmup", "k", "threshold",
                 "timing", "network")
 TIMINGS = ("interleaved", "separate")
-# hosts: each node on an emulated host of its own, a NIC of the bandwidth each way (a cluster's
-# network); shared: every node behind one loopback shaped to the bandwidth, both directions
-# together (what fig10 ran on before issue 48)
-NETWORKS = ("hosts", "shared")
 
 
 def load_speed_config(path, quick, workers=None):
@@ -825,7 +821,7 @@ def load_speed_config(path, quick, workers=None):
     the config's. A bad config exits with one line naming the field."""
     import yaml
     from cdsgd_mx.experiments import models
-    from cdsgd_mx.experiments.config import RATE_RE, _is_int, _is_num
+    from cdsgd_mx.experiments.config import NETWORKS, RATE_RE, _is_int, _is_num
     with open(path) as f:
         cfg = yaml.safe_load(f) or {}
     if quick:
@@ -853,6 +849,7 @@ def load_speed_config(path, quick, workers=None):
         ("k", ints([cfg["k"]], 1), "an integer >= 1"),
         ("threshold", _is_num(cfg["threshold"]) and cfg["threshold"] > 0, "a number > 0"),
         ("timing", cfg["timing"] in TIMINGS, "one of " + ", ".join(TIMINGS)),
+        # the training configs' networks (cdsgd_mx.experiments.config): hosts (a NIC per node) or shared
         ("network", cfg["network"] in NETWORKS, "one of " + ", ".join(NETWORKS)),
     ]
     for field, ok, allowed in checks:

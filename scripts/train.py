@@ -341,13 +341,18 @@ def pin_numerics(mode, argv=None):
     os.execve(sys.executable, current_command(), dict(os.environ, **{numerics.ENV: mode}))
 
 
+def in_this_process(cfg):
+    """One worker with no link to shape trains here, without the launcher, servers or network."""
+    return cfg.workers == 1 and not cfg.bandwidth and not cfg.latency
+
+
 def settle_network(cfg, overrides):
     """The network the run will have, in cfg and, where it differs from the config, in the
     workers' overrides (config.json records what the run had). network: hosts needs emulated
     hosts; without them, the shared loopback, shaped if a namespace can be made here, else
     unshaped; each fallback said in one line. One worker with nothing to shape runs in this
     process: no network at all."""
-    if cfg.workers == 1 and not cfg.bandwidth and not cfg.latency:
+    if in_this_process(cfg):
         cfg.network = "shared"
         return
     if cfg.network != "hosts":
@@ -401,7 +406,7 @@ def main(argv=None):
     overrides = list(args.overrides)
     if not args.worker:
         settle_network(cfg, overrides)
-    if args.worker or (cfg.workers == 1 and not cfg.bandwidth and not cfg.latency):
+    if args.worker or in_this_process(cfg):
         worker(cfg, args.resume)
         return 0
     cmd = [sys.executable, "-m", "cdsgd_mx.launch", "-n", str(cfg.workers), "-s", str(cfg.servers),

@@ -211,11 +211,11 @@ def interleaved(args, net, trainer, fwd_bwd):
 
     def comm_round(algorithm):
         begin(algorithm)
-        mark_fresh(trainer)
+        mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
         # together: a worker still pulling the last round (one of N out of the server's NIC
         # goes last) would count its lag into the next round's cost
         kv.barrier()
-        t0 = time.perf_counter()  # the gradients are written by hand, or kept from the last step
+        t0 = time.perf_counter()
         trainer.step(args.batch)
         mx.nd.waitall()
         return 1e3 * (time.perf_counter() - t0)

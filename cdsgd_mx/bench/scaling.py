@@ -25,7 +25,6 @@ workers, one line per algorithm, a panel per model.
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -62,7 +61,7 @@ def run_cell(model, workers, servers, nic, compute_ms, k, iterations, timeout):
             "iter_ms": {a: jobs[a]["iter_ms"] for a in ALGORITHMS},
             "model_ms": {a: predicted[a] for a in ALGORITHMS if a in predicted},
             "worker_cpu_ms": {a: jobs[a].get("worker_cpu_ms") for a in ALGORITHMS}}
-    cell["cores"] = len(os.sched_getaffinity(0))
+    cell["cores"] = provenance.cpu()["cores_usable"]
     cell["cpu_busy"] = cpu_busy(cell)
     cell["verdict"] = verdict(cell)
     return cell
