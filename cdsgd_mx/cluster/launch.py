@@ -58,6 +58,8 @@ from cdsgd_mx.cluster import address
 from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.cluster.watchdog import Watchdog
 
+SERVERS_ENV = "CDSGD_SERVERS"  # tells a worker whose servers these are: 'cdsgd' (ours) or 'stock' (worker/doors.py)
+
 EXIT_TIMEOUT = 124
 EXIT_STALL = heartbeat.EXIT_STALL  # 75, EX_TEMPFAIL: the job stalled (a node stopped or hung); a restart may get past it
 SELF_WATCH_BEHIND = 60.0  # seconds the nodes' own stall watch waits beyond the launcher's
@@ -323,7 +325,8 @@ def run_job(args, outcome=None):
             start("server %d" % i, [py] + node, {"DMLC_ROLE": "server", "CDSGD_LAUNCH_INDEX": str(i)})
         # MXNet runs push/pull on the same CPU worker threads as compute (default: one), so a
         # single thread would queue the communication of step t behind forward/backward of t+1
-        threads = {"MXNET_CPU_WORKER_NTHREADS": base.get("MXNET_CPU_WORKER_NTHREADS", "2")}
+        threads = {"MXNET_CPU_WORKER_NTHREADS": base.get("MXNET_CPU_WORKER_NTHREADS", "2"),
+                   SERVERS_ENV: "stock" if args.stock_server else "cdsgd"}  # (worker/doors.py reads it)
         for i in range(args.num_workers):
             start("worker %d" % i, args.command, dict(threads, DMLC_ROLE="worker", CDSGD_LAUNCH_INDEX=str(i)))
             workers.append(job.procs[-1])

@@ -412,10 +412,11 @@ class ServerState:
 
 
 STOCK_WORKER = ("cdsgd_mx server %s: %s came before any cdsgd_mx worker started: a worker of this job runs MXNet's "
-                "own kvstore (e.g. --kv-store dist_sync, or a script without `import cdsgd_mx` as its first import), "
-                "which cdsgd_mx's servers do not serve, so it would train nothing. Fix: `import cdsgd_mx` first and "
-                "mx.kv.create('dist_sync_ssgd') (or dist_sync_cdsgd, ...) for our S-SGD (the same weights as MXNet's), "
-                "or give the job MXNet's own servers (python -m cdsgd_mx.launch --stock-server)")
+                "own kvstore (MXNet's names, --kv-store dist_sync, dist, dist_sync_device, ..., give MXNet's own "
+                "store, with or without `import cdsgd_mx`), which cdsgd_mx's servers do not serve, so it would train "
+                "nothing. Fix: `import cdsgd_mx` first and mx.kv.create('dist_sync_ssgd') (or dist_sync_cdsgd, ...) "
+                "for our S-SGD (the same weights as MXNet's), or give the job MXNet's own servers "
+                "(python -m cdsgd_mx.launch --stock-server)")
 
 
 def stock_worker(state, what):

@@ -11,6 +11,11 @@ Module scales the gradient by 1/(batch x workers), as for MXNet's own store. The
     CDSGD_OPTIONS_FILE=options.json                      (a JSON object; .yaml/.yml with PyYAML)
 CDSGD_OPTIONS wins where both set a key. A bad key or value stops in one line.
 
+MXNet's own names (dist_sync, dist, ...) keep giving MXNet's own store. In a job whose servers
+are ours (our launchers say so to the workers: CDSGD_SERVERS=cdsgd) such a store would have every
+push dropped by them, so it stops at its first use, in one line naming the name used and the one
+that gives ours; wrapped by CDSGD (CDSGD(kvstore=mx.kv.create('dist_sync'))) it works as ever.
+
 API: OPTIONS; options_from_environment(environ); create(name); register().
 """
 import json
@@ -25,6 +30,11 @@ OPTIONS = {"algorithm": str, "k": int, "warmup_steps": int, "threshold": float, 
            "local_lr": float, "local_momentum": float, "nonfinite": str, "bucket_size": int,
            "pull_compression": str, "resync_every": int, "trace": str, "fuse_calls": int, "fp32_sum": str}
 NAMES = {"dist_sync_" + alg: alg for alg in ALGORITHMS}  # + 'cdsgd', whose algorithm comes from the options
+MXNETS_NAMES = ("dist", "dist_sync", "dist_sync_device", "dist_device_sync", "dist_async", "dist_device_async")
+STOCK_STORE = ("mx.kv.create(%r) gives MXNet's own store, even after `import cdsgd_mx`, and this job's servers are "
+               "cdsgd_mx's, which do not serve it: name mx.kv.create('dist_sync_ssgd') for S-SGD with MXNet's "
+               "weights (or dist_sync_bitsgd, dist_sync_odsgd, dist_sync_cdsgd), or launch with --stock-server to "
+               "run MXNet's own store on MXNet's own servers")
 
 
 def _parse(key, value, source):
@@ -123,3 +133,36 @@ def register():
     from mxnet.kvstore import KVStoreBase
     for name in list(NAMES) + ["cdsgd"]:
         KVStoreBase.kv_registry[name] = (lambda n=name: create(n))
+    from cdsgd_mx.cluster.launch import SERVERS_ENV
+    if os.environ.get(SERVERS_ENV) == "cdsgd":
+        for name in MXNETS_NAMES:
+            KVStoreBase.kv_registry[name] = (lambda n=name: _mxnets_own(n))
+
+
+def _mxnets_own(name):
+    """MXNet's own store of that name, which stops at its first use unless CDSGD wraps it."""
+    import mxnet as mx
+    from mxnet.kvstore import KVStoreBase
+    ours = KVStoreBase.kv_registry.pop(name)
+    try:
+        kv = mx.kv.create(name)  # MXNet's factory, past our entry
+    finally:
+        KVStoreBase.kv_registry[name] = ours
+    kv.__class__ = _guarded(type(kv))
+    kv.created_as = name
+    return kv
+
+
+def _guarded(kind):
+    """A subclass of MXNet's store whose data calls refuse in one line while no CDSGD wraps it
+    (the backend sets `wrapped_by_cdsgd`)."""
+    def refuse(method):
+        def call(self, *args, **kwargs):
+            if not getattr(self, "wrapped_by_cdsgd", False):
+                error = ConfigError(STOCK_STORE % self.created_as)
+                error.from_environment = True  # at the top of a script: the one line (cdsgd_mx/__init__.py)
+                raise error
+            return method(self, *args, **kwargs)
+        return call
+    calls = ("init", "broadcast", "push", "pull", "pushpull", "row_sparse_pull", "set_optimizer")
+    return type("MXNetsOwn" + kind.__name__, (kind,), {m: refuse(getattr(kind, m)) for m in calls})

@@ -26,11 +26,14 @@ class GluonRules:
         self.optimizer = None
         self.sent = None          # the optimizer's settings the servers have
         self._stale_open = False  # the stale count's key exists on its server
+        self.rate = None          # the learning rate the servers have (set_learning_rate sends one)
+        self._rate_told = False   # the line about a rate the servers never got was printed
 
     def bind(self, optimizer):
         """The global optimizer, as just sent to the servers."""
         self.optimizer = optimizer
         self.sent = optimizer_spec.hyper_parameters(optimizer)
+        self.rate = optimizer.lr
 
     def follow(self, sets, step, updates):
         """Before step `step`'s update (the `updates`-th): the global optimizer's settings
@@ -51,6 +54,14 @@ class GluonRules:
                               "training starts and only its learning rate follows (set_learning_rate); set the others "
                               "before the first step" % (", ".join(changed), ", ".join(
                                   "%r -> %r" % (self.sent.get(k), now.get(k)) for k in changed)))
+        if opt.lr_scheduler is None and opt.lr != self.rate and not self._rate_told:
+            # gluon.Trainer.set_learning_rate changes only the worker's optimizer: MXNet's own
+            # dist_sync servers keep their rate too, and the weights stay equal to theirs
+            print("cdsgd_mx: the learning rate is %r on this worker (gluon.Trainer.set_learning_rate?), but the "
+                  "servers keep %r, the rate they got at the first step, as MXNet's own dist_sync servers do: change "
+                  "it with cdsgd_mx.Trainer.set_learning_rate or kv.set_learning_rate, or an lr_scheduler"
+                  % (opt.lr, self.rate), flush=True)
+            self._rate_told = True
         self.local.follow(opt, updates)
         self.backend.follow_rescale(opt.rescale_grad)
 

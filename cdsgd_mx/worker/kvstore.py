@@ -235,6 +235,7 @@ class CDSGD(KVStoreBase):
         into buckets (the Trainer hands over all its parameters at once). A parameter's out may
         be a list, one array per device of this worker: each gets W(0)."""
         keys, values, outs = _as_lists(key, value, out)
+        self.fusion.broadcast(keys, outs)
         values = [v[0] for v in values]  # the devices start from the servers' W(0) anyway
         shapes = {}
         for k, v in zip(keys, values):
@@ -304,8 +305,12 @@ class CDSGD(KVStoreBase):
         the last step (gluon's ignore_stale_grad=True; every worker passes a list at the same
         steps): this worker's gradient of those contributes nothing, and a parameter no worker
         has a fresh gradient for is not updated at all (gluon_rules.GluonRules.held)."""
-        if out is None:
-            raise ValueError("pushpull needs out= (the parameters' weights): the optimizer runs on the servers")
+        if out is None:  # MXNet's meaning: the result goes into value (gluon's update_on_kvstore=False)
+            if self._optimizer is None and not self._agreed:
+                self._sum_only()
+            if not self.aggregate:
+                raise ValueError("pushpull needs out= (the parameters' weights): the optimizer runs on the servers")
+            out = value
         keys, grads, outs = _as_lists(key, value, out)
         stale = None if stale is None else set(stale)
         if self._optimizer is None and not self.aggregate:
@@ -343,6 +348,7 @@ class CDSGD(KVStoreBase):
                               "in one bucket set; this step's are in several (pushed by several calls): use "
                               "nonfinite='error' there")
         if complete:
+            self._ensure_registered()  # a first step's set planned again without parameters never pushed
             self._run(complete, step, stale, self._update_of_step)
 
     def _run(self, sets, step, stale, update):
@@ -391,6 +397,18 @@ class CDSGD(KVStoreBase):
                 "threshold": self.threshold, "nonfinite": self.nonfinite, "bucket_size": self.bucket_size,
                 "aggregate": self.aggregate, "pull_compression": self.pull_compression,
                 "resync_every": self.resync_every, "fuse_calls": self.fuse_calls, "fp32_sum": self.fp32_sum}
+
+    def _sum_only(self):
+        """The first pushpull came without out= and no optimizer was set: the script's workers
+        update (gluon.Trainer(..., update_on_kvstore=False) given this store), so the servers
+        only sum and each call's gradients get the sum, as MXNet's own store does."""
+        try:
+            check_config(self.algorithm, self.k, self.warmup_steps, self.threshold, None, self.nonfinite,
+                         self.bucket_size, True, self.pull_compression, self.resync_every, self.fp32_sum)
+        except ConfigError as e:
+            raise ConfigError("pushpull without out= (gluon's update_on_kvstore=False: the workers update): %s" % e) \
+                from None
+        self.aggregate = self.engine.aggregate = True
 
     def _fuse_fresh(self):
         """Before the first step (or a checkpoint's load): parameters broadcast one per call
@@ -450,6 +468,7 @@ class CDSGD(KVStoreBase):
         old = self._optimizer.learning_rate
         self._optimizer.set_learning_rate(lr)
         self._backend.set_learning_rate(lr)
+        self.rules.rate = lr
         if self.local.bound:
             if local_lr is None:
                 local_lr = self.local.learning_rate * (lr / old if old else 1.0)

@@ -62,16 +62,55 @@ def test_without_fusion_each_parameter_keeps_its_own_set_and_the_same_weights():
         np.testing.assert_array_equal(g, w)
 
 
-def test_a_parameter_never_pushed_is_planned_out_once_and_said(capsys):
-    """Module's fixed_param_names: parameter 1 never comes. The step-0 set is planned again
-    without it (one line says so), it keeps its weights, and the others train from then on in
-    one set."""
+def every_step(kv, pushed, marked=None, steps=6):
+    """One call per parameter (as Module and gluon.Trainer): the weights after each step, i.e.
+    what each next forward reads. marked: the parameters whose weights carry autograd's
+    gradient mark (as gluon's do unless grad_req='null')."""
+    outs = [weights(i, s) for i, s in enumerate(SHAPES)]
+    for i in marked or ():
+        outs[i].attach_grad()
+    for i in range(len(SHAPES)):
+        kv.broadcast(i, outs[i], out=outs[i])
+    reads = []
+    for t in range(steps):
+        for i in pushed:
+            kv.pushpull(i, grad(i, t, SHAPES[i]), out=outs[i])
+        reads.append([o.asnumpy() for o in outs])
+    return reads
+
+
+@pytest.mark.parametrize("algorithm", ["ssgd", "cdsgd"])
+@pytest.mark.parametrize("pushed,marked", [([0, 2, 3], None), ([0, 1, 2], [0, 1, 2])],
+                         ids=["passed-over", "unmarked-last"])
+def test_a_parameter_never_pushed_is_planned_out_within_the_first_step(capsys, algorithm, pushed, marked):
+    """Module's fixed_param_names (passed over: 1 never comes, and a later one does) and
+    gluon's grad_req='null' (3, the last, carries no gradient mark): the first step's set runs
+    at the call of its last parameter that can come, planned again without the other, so every
+    step's weights equal those of one set per parameter (exact from the first step), the first
+    step included, and nothing needs saying."""
+    kv = store(algorithm)
+    got = every_step(kv, pushed, marked)
+    assert capsys.readouterr().out == ""
+    never = [i for i in range(len(SHAPES)) if i not in pushed]
+    assert sorted(map(sorted, (b.keys for b in kv.bucket_sets))) == sorted([sorted(pushed), never])
+    want = every_step(store(algorithm, fuse_calls=False), pushed, marked)
+    for t, (g, w) in enumerate(zip(got, want)):
+        for i in range(len(SHAPES)):
+            np.testing.assert_array_equal(g[i], w[i], err_msg="step %d parameter %d" % (t, i))
+    np.testing.assert_array_equal(got[-1][never[0]], weights(never[0], SHAPES[never[0]]).asnumpy())
+
+
+def test_a_last_parameter_never_pushed_without_a_mark_is_found_at_the_second_step_and_said(capsys):
+    """Where nothing tells (3, the last in broadcast order, never comes and no weights carry a
+    gradient mark: Module with its last parameter fixed), the set is planned again at the
+    second step, and one line says the forward/backward before it read step 0's weights."""
     kv = store("ssgd")
-    got = train(kv, per_call=True, pushed=lambda t: [0, 2, 3])
+    got = train(kv, per_call=True, pushed=lambda t: [0, 1, 2])
     out = capsys.readouterr().out
-    assert "parameters 1 are never pushed (fixed, or grad_req='null'): fusing the other 3 from here on" in out
-    assert sorted(map(sorted, (b.keys for b in kv.bucket_sets))) == [[0, 2, 3], [1]]
-    np.testing.assert_array_equal(got[1], weights(1, SHAPES[1]).asnumpy())
+    assert "parameters 3 are never pushed (fixed, or grad_req='null'): fusing the other 3 from here on" in out
+    assert "ran at step 0's weights, once" in out
+    assert sorted(map(sorted, (b.keys for b in kv.bucket_sets))) == [[0, 1, 2], [3]]
+    np.testing.assert_array_equal(got[3], weights(3, SHAPES[3]).asnumpy())
     assert kv.steps_done == 9
 
 

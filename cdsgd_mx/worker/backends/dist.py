@@ -47,6 +47,7 @@ class DistBackend(Backend):
         heartbeat.start()
         with heartbeat.waiting("start-up: every node of the job to register with the scheduler"):
             self.kv = mx.kv.create(store) if isinstance(store, str) else store
+        self.kv.wrapped_by_cdsgd = True  # MXNet's own store is ours to use here (doors.py guards it elsewhere)
         self.rank = self.kv.rank
         self.num_workers = self.kv.num_workers
         self.num_servers = int(os.environ.get("DMLC_NUM_SERVER", "1"))
