@@ -20,6 +20,8 @@ import socket
 import subprocess
 import sys
 
+from cdsgd_mx.cluster.launch import SERVERS_ENV
+
 USAGE = "srun --kill-on-bad-exit=1 -n TASKS python -m cdsgd_mx.slurm -s SERVERS -- COMMAND..."
 
 
@@ -78,6 +80,8 @@ def task_environment(environ, servers):
                DMLC_NUM_WORKER=str(workers))
     if role != "scheduler":
         env["CDSGD_LAUNCH_INDEX"] = str(index)
+    if role == "worker":
+        env[SERVERS_ENV] = "cdsgd"  # this job's servers are ours (worker/doors.py)
     return env
 
 
