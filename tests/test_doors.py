@@ -164,7 +164,7 @@ def test_module_ssgd_gives_stock_dist_syncs_weights_bit_for_bit(tmp_path):
 def test_a_stock_store_in_a_job_with_our_servers_stops_the_job_in_one_line(tmp_path, first_import):
     """--kv-store dist_sync under our launcher: MXNet's store talks to our servers, which would
     drop every push (9% accuracy, exit 0 before issue 39). With `import cdsgd_mx` first the
-    worker stops at the store's first use, naming the name it was given and the one that gives
+    worker stops at the store's set_optimizer, naming the name it was given and the one that gives
     ours (issue 54); without it the server stops the job at the stock worker's first message."""
     args = ["--store", "dist_sync"] + ([] if first_import else ["--no-import"])
     proc, results = job(tmp_path, "stock", *args, timeout=60)

@@ -12,9 +12,10 @@ Module scales the gradient by 1/(batch x workers), as for MXNet's own store. The
 CDSGD_OPTIONS wins where both set a key. A bad key or value stops in one line.
 
 MXNet's own names (dist_sync, dist, ...) keep giving MXNet's own store. In a job whose servers
-are ours (our launchers say so to the workers: CDSGD_SERVERS=cdsgd) such a store would have every
-push dropped by them, so it stops at its first use, in one line naming the name used and the one
-that gives ours; wrapped by CDSGD (CDSGD(kvstore=mx.kv.create('dist_sync'))) it works as ever.
+are ours (our launchers say so to the workers: CDSGD_SERVERS=cdsgd) such a store's first command
+(gluon's Trainer and Module send set_optimizer) would stop the servers, so it stops there, in one
+line naming the name used and the one that gives ours; wrapped by CDSGD
+(CDSGD(kvstore=mx.kv.create('dist_sync'))) it works as ever.
 
 API: OPTIONS; options_from_environment(environ); create(name); register().
 """
@@ -140,7 +141,7 @@ def register():
 
 
 def _mxnets_own(name):
-    """MXNet's own store of that name, which stops at its first use unless CDSGD wraps it."""
+    """MXNet's own store of that name, whose commands to the servers stop in one line unless CDSGD wraps it."""
     import mxnet as mx
     from mxnet.kvstore import KVStoreBase
     ours = KVStoreBase.kv_registry.pop(name)
@@ -154,8 +155,10 @@ def _mxnets_own(name):
 
 
 def _guarded(kind):
-    """A subclass of MXNet's store whose data calls refuse in one line while no CDSGD wraps it
-    (the backend sets `wrapped_by_cdsgd`)."""
+    """A subclass of MXNet's store whose commands to the servers (set_optimizer, as gluon's
+    Trainer and Module send it; set_gradient_compression) refuse in one line while no CDSGD
+    wraps it (the backend sets `wrapped_by_cdsgd`): our servers stop a job at such a command.
+    Plain init/push/pull are left alone: without a command our servers sum as MXNet's do."""
     def refuse(method):
         def call(self, *args, **kwargs):
             if not getattr(self, "wrapped_by_cdsgd", False):
@@ -164,5 +167,5 @@ def _guarded(kind):
                 raise error
             return method(self, *args, **kwargs)
         return call
-    calls = ("init", "broadcast", "push", "pull", "pushpull", "row_sparse_pull", "set_optimizer")
+    calls = ("set_optimizer", "set_gradient_compression")
     return type("MXNetsOwn" + kind.__name__, (kind,), {m: refuse(getattr(kind, m)) for m in calls})
