@@ -1,6 +1,7 @@
 """One round of a bucket set on the communication thread: push g(t) bucket by bucket (the
-2-bit codes of g(t) + residual, or fp32: to the weight key, or with fp32_sum='rank' as this
-worker's row of the bucket's rows key) with this worker's proof, issue the pulls of W(t+1)
+2-bit codes of g(t) + residual, or fp32: to the weight key in one pushpull request that brings
+W(t+1) back, or with fp32_sum='rank' as this worker's row of the bucket's rows key) with this
+worker's proof, issue the pulls of W(t+1)
 (fp32, or with 2-bit pulls the codes of W(t+1) - V: pull_compression.py), then check that each
 bucket's round was applied (sending it again if a server dropped it); what a 2-bit pull brings
 is decoded into V and comm_buf by an engine operation issued behind it (pull_compression.py).
@@ -57,12 +58,12 @@ class RoundRunner:
                 with self.tracer.span("push fp32", bucket=i, step=t):
                     bset.fp32_to_comm(b)
                     self.backend.seal(b, tracked)
-                    if self._rows_key(b) is None:
-                        self.backend.push(b.weight_key, b.comm_wire)
+                    if keep:
+                        b.comm.copyto(b.loc)  # before W comes back over it
+                    if self._rows_key(b) is None:  # one request: W(t+1) comes back as its answer
+                        self.backend.pushpull(b.weight_key, b.comm_wire)
                     else:  # this worker's row: the server sums the rows in rank order
                         self.backend.push_row(b.rows_key)
-                    if keep:
-                        b.comm.copyto(b.loc)  # before the pull writes W over it
                 pushed += self.fp32_bytes(b, bset)
         if keep_residual is not None:
             keep_residual()
@@ -118,8 +119,8 @@ class RoundRunner:
 
     def _acked(self, b, compressed):
         """The key whose push the pull of W must wait for: the payload key (codes) or the rows
-        key (fp32 rows); None for an fp32 push to the weight key itself, since MXNet orders a
-        worker's pull of a key after its push of the same key."""
+        key (fp32 rows); None for an fp32 round of the weight key itself, whose pushpull brings
+        W back as the answer to the push."""
         return b.payload_key if compressed else self._rows_key(b)
 
     def _round(self, b):
@@ -146,8 +147,8 @@ class RoundRunner:
 
     def _pull(self, bset, t, acked, down=False):
         """Issue the pulls of W(t+1) into comm_buf (or with down, of the codes of W(t+1) - V into
-        down_buf), without waiting. MXNet orders a pull after this worker's push of the same key
-        (fp32 to the weight key: acked holds None); a pull of the weight key is not ordered after
+        down_buf), without waiting. An fp32 round to the weight key pulls nothing more (acked
+        holds None): its pushpull brings W back. A pull of the weight key is not ordered after
         a push to another key (acked: each bucket's payload key or rows key): request the
         acknowledgements, and have MXNet's engine issue each pull once its acknowledgement is in."""
         start = self.tracer.now_us()
@@ -159,9 +160,7 @@ class RoundRunner:
                                           for k, b in zip(acked, bset.buckets)])
             for i, b in enumerate(bset.buckets if down else ()):  # V += codes; comm_buf = V, once pulled
                 bset.copy.issue(i, self._round(b))
-        else:
-            for b in bset.buckets:
-                self.backend.pull(b.weight_key, b.comm_wire)
+        # (else: fp32 to the weight keys, whose pushpull brings W back)
         # the span ends when the transfer does; recorded without holding up this thread
         self.tracer.watch("pull", bset.down_buf if down else bset.comm_buf, start, step=t)
 

@@ -102,8 +102,8 @@ def test_gradients_are_bound_to_the_buckets_and_each_step_works_per_bucket(monke
         assert p.grad() is kv.grad_view(i)
     n_buckets = len(kv.bucket_sets[0].buckets)
     assert n_buckets == 3  # [p4 p3] [p2 p1] [p0]: fewer buckets than parameters
-    calls = {"push": 0, "push_payload": 0, "pull": 0, "quantize": 0, "copy": 0}
-    for name in ("push", "push_payload", "pull"):
+    calls = {"pushpull": 0, "push_payload": 0, "pull": 0, "quantize": 0, "copy": 0}
+    for name in ("pushpull", "push_payload", "pull"):
         original = getattr(kv.backend, name)
 
         def counted(*a, _name=name, _f=original):
@@ -131,7 +131,9 @@ def test_gradients_are_bound_to_the_buckets_and_each_step_works_per_bucket(monke
         tr.step(1)
     tr.wait_all()
     assert calls["quantize"] == calls["push_payload"] == 2 * n_buckets
-    assert calls["push"] == 2 * n_buckets and calls["pull"] == 4 * n_buckets
+    # an fp32 round is one pushpull per bucket (W comes back as its answer); a compressed one
+    # pushes the codes and pulls W
+    assert calls["pushpull"] == 2 * n_buckets and calls["pull"] == 2 * n_buckets
     # per delayed step on the main thread: comm_buf = g, loc_buf = W, and one copy per parameter
     # into its data (what forward reads); no copy gathers the gradients
     assert calls["copy"] == 4 * (2 + len(plist))

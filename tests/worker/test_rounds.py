@@ -65,8 +65,8 @@ def test_each_kind_of_step_pushes_what_the_schedule_says_and_counts_its_bytes():
     rounds = runner(backend)  # cdsgd, warm-up 1, k = 2: step 0 fp32 (warm-up), 1 fp32 (k), 2 codes
     for t in range(3):
         rounds.check(bset, t) if rounds.push(bset, t) else None
-    kinds = [c[0] for c in backend.calls if c[0] in ("push", "push_payload", "pull", "pull_after_acks")]
-    assert kinds == ["push", "pull", "push", "pull", "push_payload", "pull_after_acks"]
+    kinds = [c[0] for c in backend.calls if c[0] in ("push", "pushpull", "push_payload", "pull", "pull_after_acks")]
+    assert kinds == ["pushpull", "pushpull", "push_payload", "pull_after_acks"]  # fp32: W comes back as the answer
     assert bset.compressor.quantized == [(0, "comm")]  # a delayed step quantizes comm_buf, not grad_buf
     fp32, codes = 4 * 40, 4 * 3 + 8  # 40 floats; ceil(40 / 16) = 3 words and the row index
     assert rounds.bytes_by_step == {0: fp32, 1: fp32, 2: codes} and rounds.bytes_pushed == 2 * fp32 + codes
@@ -91,8 +91,7 @@ def test_with_rows_keys_fp32_rounds_push_rows_and_pull_after_their_acknowledgeme
     assert [rounds.bytes_of_step([bset], t) for t in range(3)] == [fp32, fp32, codes]
     backend.calls, rounds.fp32_rows = [], False
     rounds.push(bset, 3)  # fp32 (k)
-    assert [c for c in backend.calls if c[0] in ("push", "push_row", "pull")] == [("push", 4, "wire"),
-                                                                                  ("pull", 4, "wire")]
+    assert [c for c in backend.calls if c[0] in ("push", "pushpull", "push_row", "pull")] == [("pushpull", 4, "wire")]
     assert rounds.bytes_by_step[3] == rounds.bytes_of_step([bset], 3) == 4 * 40
 
 

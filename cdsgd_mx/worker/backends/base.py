@@ -96,7 +96,11 @@ class Backend(abc.ABC):
 
     # -- a round: push (fp32 or codes) with its proof, pull W, check it was applied
     @abc.abstractmethod
-    def push(self, key, value): """An fp32 push to a weight key."""
+    def pushpull(self, key, wire):
+        """An fp32 round of a weight key in one request: push wire, and the stored value, once
+        the servers applied every worker's push, comes back into wire (no pull request follows
+        the push, so none waits behind this worker's later pushes: both directions of the NIC
+        carry a round at once)."""
 
     @abc.abstractmethod
     def wire_row(self, key): """This worker's row of a payload key, where the codes are encoded."""

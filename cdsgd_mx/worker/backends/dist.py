@@ -114,7 +114,8 @@ class DistBackend(Backend):
         elif rows:
             self.push_row(bucket.rows_key)
         else:
-            self.push(bucket.weight_key, bucket.comm_wire)
+            self.pushpull(bucket.weight_key, bucket.comm_wire)
+            return
         if compressed or rows:  # the pull of W is ordered only after a push of W itself
             acked = [bucket.payload_key if compressed else bucket.rows_key]
             self.request_acks(acked)
@@ -297,8 +298,10 @@ class DistBackend(Backend):
         before its pull of this round (one connection, in order)."""
         return self.round_trip(key, value)
 
-    def push(self, key, value):
-        self.kv.push(key, value)
+    def pushpull(self, key, wire):
+        """MXNet's own pushpull (one ps-lite request: the server answers the push with the
+        updated value), into the array pushed, where every pull of the key lands (round_trip)."""
+        self.kv.pushpull(key, wire, out=wire)
 
     def wire_row(self, key):
         """Where this worker's wire floats for payload key `key` go before push_payload."""

@@ -78,8 +78,9 @@ class LocalBackend(Backend):
                 self.server.copies.register(b.down_key, b.weight_key, b.size, pieces_of(b), self.store[b.down_key],
                                             self.store[b.weight_key])
 
-    def push(self, key, value):
-        self.server(key, value.copy(), self.store[key])
+    def pushpull(self, key, wire):
+        self.server(key, wire.copy(), self.store[key])
+        self.store[key].copyto(wire)
 
     def wire_row(self, key):
         return self.staging[key][0, :self.words[key]]
