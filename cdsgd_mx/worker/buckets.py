@@ -14,10 +14,11 @@ Trainer; a parameter initialized later gets a set of its own):
   worker with several devices: the first device's gradients are bound, the other devices'
   are added in (a worker pushes the sum of its devices' gradients, as MXNet's kvstore does);
 - comm_buf: g(t) handed to the communication thread, then W(t+1) pulled over it (the paper's
-  comm_buf: one buffer serves both). On the parameter server each bucket's stretch of comm_buf
-  is followed by its proof region (`region` values, auth.py): this worker's MAC tag on the way
-  out, the server's count of the bucket's rounds on the way back. So comm_buf alone is laid out
-  [bucket 0 | region | bucket 1 | region ...]; the other buffers have no gaps;
+  comm_buf: one buffer serves both), one array per bucket (`comm_wires`: MXNet's engine orders
+  all operations on one array, so the buckets' rounds can be in flight together only on arrays
+  of their own). On the parameter server each bucket's array ends with its proof region
+  (`region` values, auth.py): this worker's MAC tag on the way out, the server's count of the
+  bucket's rounds on the way back; the other buffers are flat, with no gaps;
 - loc_buf:  x(t+1) = W(t) - local step with g(t) for the delayed algorithms, then copied into
   the parameters' own data arrays (the weights forward reads), on every device;
 - the residual (the quantizer's error-feedback memory) and, per bucket, sml_buf (the 2-bit
@@ -81,7 +82,6 @@ class Bucket:
     slots: List[Slot] = field(default_factory=list)
     # views into its set's buffers, made by BucketSet (None where the set has no such buffer)
     grad: Any = field(default=None, repr=False)         # its part of grad_buf
-    comm_offset: int = 0                                # where its part of comm_buf starts (proof regions between)
     comm: Any = field(default=None, repr=False)         # its part of comm_buf: g(t), then W(t+1)
     comm_wire: Any = field(default=None, repr=False)    # comm plus the proof region: what is pushed and pulled
     comm_region: Any = field(default=None, repr=False)  # this worker's proof, then the server's count
@@ -160,7 +160,11 @@ class BucketSet:
         self.device = device              # where the gradients live, for device-resident buckets
         on = device or self.ctx           # where the step's own buffers live
         self.grad_buf = mx.nd.zeros((self.size,), ctx=on)
-        self.comm_buf = mx.nd.zeros((self.size + region * len(buckets),), ctx=self.ctx)
+        # comm_buf, one array per bucket: MXNet's engine orders every operation on one array
+        # (its views included) after the writes issued before it, so with one flat buffer a
+        # bucket's pull (a write) waited for every earlier bucket's round and the NIC carried one
+        # direction at a time; with an array each, the buckets' rounds are in flight together
+        self.comm_wires = [mx.nd.zeros((b.size + region,), ctx=self.ctx) for b in buckets]
         self.loc_buf = mx.nd.zeros((self.size,), ctx=on) if delayed else None
         self.dev_comm = mx.nd.zeros((self.size,), ctx=on) if device else None
         self.dev_weights = mx.nd.zeros((self.size,), ctx=on) if device else None
@@ -171,24 +175,20 @@ class BucketSet:
             from cdsgd_mx.wire.pull_compression import down_size
             from cdsgd_mx.worker.pull_decode import WorkerCopy
             self.copy = WorkerCopy(buckets, self.size)
-            widths = [down_size(b.size, len(b.slots)) + region for b in buckets]
-            self.down_buf = mx.nd.zeros((sum(widths),), ctx=self.ctx)
-            at = 0
-            for b, width in zip(buckets, widths):
-                b.down_wire = self.down_buf[at:at + width]
-                b.down_status = self.down_buf[at + width - region:at + width - region + 1] if region else None
-                at += width
+            for b in buckets:  # (an array per bucket, as comm_buf's)
+                width = down_size(b.size, len(b.slots)) + region
+                b.down_wire = mx.nd.zeros((width,), ctx=self.ctx)
+                b.down_status = b.down_wire[width - region:width - region + 1] if region else None
+            self.down_buf = [b.down_wire for b in buckets]
         self.runs = []                    # the local optimizer's runs (set_multipliers)
         self._stages = {}                 # extra device -> its staging views (gather)
         self._scatters = {}               # 'comm' / 'loc' -> (the parameters' arrays, their EngineCopies)
-        for i, b in enumerate(buckets):
+        for b, wire in zip(buckets, self.comm_wires):
             b.grad = self.grad_buf[b.offset:b.offset + b.size]
-            b.comm_offset = b.offset + i * region
-            b.comm = self.comm_buf[b.comm_offset:b.comm_offset + b.size]
-            b.comm_wire = self.comm_buf[b.comm_offset:b.comm_offset + b.size + region]  # what is pushed and pulled
-            end = b.comm_offset + b.size
-            b.comm_region = self.comm_buf[end:end + region] if region else None  # this worker's proof, then
-            b.comm_status = self.comm_buf[end:end + 1] if region else None       # the server's count
+            b.comm_wire = wire  # what is pushed and pulled
+            b.comm = wire[0:b.size]
+            b.comm_region = wire[b.size:b.size + region] if region else None  # this worker's proof, then
+            b.comm_status = wire[b.size:b.size + 1] if region else None       # the server's count
             proofs.unseal(b)  # no proof in the new regions yet (proofs.WorkerProofs.seal)
             b.loc = None if self.loc_buf is None else self.loc_buf[b.offset:b.offset + b.size]
             b.dev_comm = b.dev_weights = None
@@ -199,9 +199,9 @@ class BucketSet:
             self.copy.bind(buckets, region)
         # a whole parameter's slices, shaped like it: what its gradient is bound to, and where
         # its weights are copied from (a parameter cut into pieces is contiguous in grad_buf
-        # and loc_buf; in comm_buf only when no region lies between its pieces)
+        # and loc_buf, not in comm_buf, an array per bucket)
         self.grad_views, self._comm_views, self._loc_views = {}, {}, {}
-        self._whole = {}                  # key -> a whole array for a parameter cut in comm_buf
+        self._whole = {}                  # key -> a whole array for a parameter cut across buckets
         self._spans = {}                  # key -> [begin, end) of the parameter in grad_buf's layout
         for key, shape in shapes.items():
             begin = min(s.offset for s in self.slots if s.key == key)
@@ -211,17 +211,17 @@ class BucketSet:
             pieces = [(b, s) for b in buckets for s in b.slots if s.key == key]
             if device:  # the parameters get W from dev_weights, laid out like grad_buf
                 self._comm_views[key] = self.dev_weights[begin:end].reshape(shape)
-            elif len(pieces) == 1 or region == 0:
+            elif len(pieces) == 1:
                 b, s = pieces[0]
-                start = b.comm_offset + s.offset - b.offset - s.begin
-                self._comm_views[key] = self.comm_buf[start:start + end - begin].reshape(shape)
-            else:  # [(comm_buf stretch, begin, end)] per piece
-                at = [(b.comm_offset + s.offset - b.offset, s) for b, s in pieces]
-                self._comm_views[key] = [(self.comm_buf[c:c + s.size], s.begin, s.end) for c, s in at]
+                start = s.offset - b.offset
+                self._comm_views[key] = b.comm_wire[start:start + end - begin].reshape(shape)
+            else:  # [(its stretch of a bucket's comm_buf, begin, end)] per piece
+                self._comm_views[key] = [(b.comm_wire[s.offset - b.offset:s.offset - b.offset + s.size], s.begin, s.end)
+                                         for b, s in pieces]
                 # the pieces meet in a whole array of the parameter's shape, then one copy of all
                 # of it: MKL-DNN may keep the parameter's own array in a blocked layout (after a
                 # forward pass outside autograd), whose views it refuses to write
-                self._whole[key] = mx.nd.zeros(shape, ctx=self.comm_buf.context)
+                self._whole[key] = mx.nd.zeros(shape, ctx=self.ctx)
             if self.loc_buf is not None:
                 self._loc_views[key] = self.loc_buf[begin:end].reshape(shape)
 
@@ -300,9 +300,6 @@ class BucketSet:
         if self.device:
             self.grad_buf.copyto(self.dev_comm)
             return
-        if self.region == 0:
-            self.grad_buf.copyto(self.comm_buf)
-            return
         for b in self.buckets:
             b.grad.copyto(b.comm)
 
@@ -332,9 +329,6 @@ class BucketSet:
 
     def comm_to_loc(self):
         """loc_buf = W(t), the weights pulled into comm_buf."""
-        if self.region == 0 and not self.device:
-            self.comm_buf.copyto(self.loc_buf)
-            return
         for b in self.buckets:
             b.comm.copyto(b.loc)
 
@@ -346,6 +340,22 @@ class BucketSet:
         if self.device:
             return b.dev_comm
         return b.grad if from_grad else b.comm
+
+    def comm_values(self):
+        """comm_buf as one numpy array, bucket after bucket, each with its proof region
+        (checkpoints: the layout a flat comm_buf had)."""
+        return np.concatenate([wire.asnumpy() for wire in self.comm_wires])
+
+    def set_comm(self, values):
+        at = 0
+        for wire in self.comm_wires:
+            wire[:] = values[at:at + wire.size]
+            at += wire.size
+
+    def wait_comm(self):
+        """Until every bucket's comm_buf is written (its round's W, or a decode's V)."""
+        for wire in self.comm_wires:
+            wire.wait_to_read()
 
     def fp32_to_comm(self, b):
         """An fp32 round pushes comm_buf: with device-resident buckets g(t) comes from the device."""

@@ -91,7 +91,7 @@ def _worker_state(kv):
     sets = []
     for bset in kv._sets:
         t, in_flight = kv.engine.position(bset)
-        sets.append({"layout": bset.layout(), "t": t, "in_flight": in_flight, "comm_buf": bset.comm_buf.asnumpy(),
+        sets.append({"layout": bset.layout(), "t": t, "in_flight": in_flight, "comm_buf": bset.comm_values(),
                      "residual": bset.residual_values(), "copy": bset.copy_values()})
     return pickle.dumps({"config": job_config(kv), "params": params, "sets": sets, "steps": (kv.steps_done, kv._updates),
                          "local": kv.local.get_states()})
@@ -206,7 +206,7 @@ def _restore(kv, worker):
     if kv._beats:
         heartbeat.set_resumed(kv.steps_done)  # a restarted job tells the launcher where it resumed
     for bset, saved in zip(kv._sets, sets):
-        bset.comm_buf[:] = saved["comm_buf"]
+        bset.set_comm(saved["comm_buf"])
         for b in bset.buckets:
             proofs.unseal(b)  # the saved proof regions are another job's
         if saved["residual"] is not None:

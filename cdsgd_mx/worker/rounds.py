@@ -39,7 +39,7 @@ class RoundRunner:
         compressed = self.schedule.compressed(t)
         pull_down, tracked = self.schedule.pull_compressed(t), self._tracked(bset, t)
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
-        pushed = 0
+        pushed, start = 0, self.tracer.now_us()
         for i, b in enumerate(bset.buckets):
             if compressed:
                 with self.tracer.span("quantize", bucket=i, step=t):
@@ -65,11 +65,13 @@ class RoundRunner:
                     else:  # this worker's row: the server sums the rows in rank order
                         self.backend.push_row(b.rows_key)
                 pushed += self.fp32_bytes(b, bset)
+            self._pull(bset, t, i, self._acked(b, compressed), start, down=pull_down)  # right behind its push
         if keep_residual is not None:
             keep_residual()
         self.bytes_pushed += pushed
         self.bytes_by_step[t] = self.bytes_by_step.get(t, 0) + pushed
-        self._pull(bset, t, [self._acked(b, compressed) for b in bset.buckets], down=pull_down)
+        # the span ends when the transfer does; recorded without holding up this thread
+        self.tracer.watch("pull", bset.down_buf if pull_down else bset.comm_wires, start, step=t)
         return lambda: self.check(bset, t)
 
     def check(self, bset, t):
@@ -102,7 +104,7 @@ class RoundRunner:
                     bset.copy.start(i, b.comm)  # an fp32 pull: V := W
         if pull_down:  # the decodes ran on the engine: check them (a corrupt payload stops here)
             with self.tracer.span("decode pull", step=t):
-                bset.comm_buf.wait_to_read()
+                bset.wait_comm()
             for i in range(len(bset.buckets)):
                 bset.copy.collect(i, rounds[i])
         after = self._tracked(bset, t + 1)  # (sealed as what the next round is)
@@ -145,24 +147,22 @@ class RoundRunner:
         pull_flag = 1 if bset.copy is not None else 0  # 2-bit pulls: the round's pull flag
         return 4 * (b.words + pull_flag + (auth.TAG_FLOATS if self.backend.region else 0)) + 8  # + the row index
 
-    def _pull(self, bset, t, acked, down=False):
-        """Issue the pulls of W(t+1) into comm_buf (or with down, of the codes of W(t+1) - V into
-        down_buf), without waiting. An fp32 round to the weight key pulls nothing more (acked
-        holds None): its pushpull brings W back. A pull of the weight key is not ordered after
-        a push to another key (acked: each bucket's payload key or rows key): request the
-        acknowledgements, and have MXNet's engine issue each pull once its acknowledgement is in."""
-        start = self.tracer.now_us()
-        if None not in acked:
-            self.backend.request_acks(acked)
-            for k in acked:  # traced: when the servers had applied each push
-                self.backend.trace_ack(self.tracer, k, start, step=t)
-            self.backend.pull_after_acks([(k, b.down_key, b.down_wire) if down else (k, b.weight_key, b.comm_wire)
-                                          for k, b in zip(acked, bset.buckets)])
-            for i, b in enumerate(bset.buckets if down else ()):  # V += codes; comm_buf = V, once pulled
-                bset.copy.issue(i, self._round(b))
-        # (else: fp32 to the weight keys, whose pushpull brings W back)
-        # the span ends when the transfer does; recorded without holding up this thread
-        self.tracer.watch("pull", bset.down_buf if down else bset.comm_buf, start, step=t)
+    def _pull(self, bset, t, i, acked, start, down=False):
+        """Issue the pull of bucket i's W(t+1) into comm_buf (or with down, of the codes of
+        W(t+1) - V into down_buf) right behind its push, without waiting, so that the pulls of
+        the first buckets are on the wire while the later ones are still quantized and pushed.
+        An fp32 round to the weight key pulls nothing more (acked is None): its pushpull brings
+        W back. A pull of the weight key is not ordered after a push to another key (acked: the
+        bucket's payload key or rows key): request the acknowledgement, and have MXNet's engine
+        issue the pull once it is in."""
+        if acked is None:
+            return
+        b = bset.buckets[i]
+        self.backend.request_acks([acked])
+        self.backend.trace_ack(self.tracer, acked, start, step=t)  # traced: when the server had applied the push
+        self.backend.pull_after_acks([(acked, b.down_key, b.down_wire) if down else (acked, b.weight_key, b.comm_wire)])
+        if down:  # V += codes; comm_buf = V, once pulled
+            bset.copy.issue(i, self._round(b))
 
     def bytes_of_step(self, sets, t):
         """Bytes this worker pushes at step t by the schedule and the buckets (what push counts

@@ -137,7 +137,7 @@ class StepEngine:
         """Wait for every round in flight (e.g. before reading global weights or saving)."""
         self.comm.drain()
         for bset in sets:
-            bset.comm_buf.wait_to_read()
+            bset.wait_comm()
         mx.nd.waitall()
 
     def close(self):

@@ -51,15 +51,16 @@ class Tracer:
             self.add(name, start, self.now_us(), **args)
 
     def watch(self, name, array, start_us, **args):
-        """Record a span that ends when the engine finishes writing `array` (a pull), without
-        blocking the caller: a watcher thread waits for it."""
+        """Record a span that ends when the engine finishes writing `array` (a pull; or a list
+        of arrays: all of them), without blocking the caller: a watcher thread waits for it."""
         if not self.enabled:
             return
         # a one-value copy read after the writes issued so far: waiting on it is not held up
         # by writes issued later (the next step's comm_buf = g), as waiting on array would be
         # (a sparse array, an acknowledgement, is written once per round: waited on itself)
-        if getattr(array, "stype", "default") == "default":
-            array = array.reshape((-1,))[0:1].copy()
+        arrays = array if isinstance(array, list) else [array]
+        arrays = [a.reshape((-1,))[0:1].copy() if getattr(a, "stype", "default") == "default" else a for a in arrays]
+        array = arrays[0] if len(arrays) == 1 else _All(arrays)
         if self._watch is None:  # its own trace row: not the communication thread's name
             self._watch = queue.Queue()
             threading.Thread(target=self._watcher, args=(self._watch,), name="cdsgd-transfers", daemon=True).start()
@@ -81,3 +82,14 @@ class Tracer:
         with open(self.path, "w") as f:
             json.dump({"traceEvents": meta + self.events, "displayTimeUnit": "ms"}, f)
         return self.path
+
+
+class _All:
+    """Several arrays waited on as one (Tracer.watch)."""
+
+    def __init__(self, arrays):
+        self.arrays = arrays
+
+    def wait_to_read(self):
+        for a in self.arrays:
+            a.wait_to_read()

@@ -47,7 +47,7 @@ class FakeSet:
     def __init__(self):
         b = Bucket(offset=0, size=40, server=0, weight_key=4, payload_key=5, slots=[Slot(0, 0, 40, 0, 0)])
         b.grad, b.comm, b.loc, b.comm_wire = "grad", "comm", "loc", "wire"
-        self.buckets, self.comm_buf, self.compressor = [b], None, FakeCompressor()
+        self.buckets, self.comm_wires, self.compressor = [b], None, FakeCompressor()
 
     def gradient(self, b, from_grad=False):
         return b.grad if from_grad else b.comm
