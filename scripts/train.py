@@ -357,13 +357,13 @@ def settle_network(cfg, overrides):
         return
     if cfg.network != "hosts":
         return
-    from cdsgd_mx.cluster import emulate, launch
+    from cdsgd_mx.cluster import emulate, shaping
     why = emulate.unavailable()
     if not why:
         return
     cfg.network = "shared"
     overrides.append("network=shared")
-    why_not_shaped = launch.netns_unavailable() if (cfg.bandwidth or cfg.latency) else None
+    why_not_shaped = shaping.netns_unavailable() if (cfg.bandwidth or cfg.latency) else None
     if why_not_shaped:
         print("train: emulated hosts are not available here (%s), nor a shaped link (%s): every node on one "
               "unshaped loopback instead (network=shared bandwidth=null latency=null)" % (why, why_not_shaped),

@@ -104,3 +104,54 @@ def test_the_checker_catches_an_import_pointing_up(tmp_path):
     got = list(imported(source, module_name(fake)))
     assert [m for m, _ in got] == ["cdsgd_mx.worker.kvstore", "cdsgd_mx.wire.auth", "cdsgd_mx.codec"]
     assert level("cdsgd_mx.worker.kvstore") < level("cdsgd_mx.wire.protocol")
+
+
+def circles(graph):
+    """The import circles of graph {module: {modules it imports}}: each a sorted list of the
+    modules that import one another round (Tarjan's strongly connected components)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_another_that_imports_it_back():
+    """No circle of imports in the package, lazy imports (inside functions) included: a circle
+    means two modules each need the other, and neither has one job (issue 56: the launcher and
+    the emulator were one, until link shaping got a module of its own)."""
+    graph = {}
+    for path in MODULES:
+        name = module_name(path)
+        graph[name] = {m for m, _ in imported(path, name) if m != name}
+    assert not circles(graph), "import circles: %s" % circles(graph)
+
+
+def test_the_circle_finder_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"d"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []

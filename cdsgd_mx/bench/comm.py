@@ -71,7 +71,7 @@ import subprocess
 import sys
 import time
 
-from cdsgd_mx.cluster.launch import RATE_RE, netns_prelude, netns_unavailable, rate_bits
+from cdsgd_mx.cluster.shaping import RATE_RE, netns_prelude, netns_unavailable, rate_bits
 from cdsgd_mx.cluster import emulate
 from cdsgd_mx.experiments import provenance
 from cdsgd_mx.bench import mark_fresh

@@ -448,7 +448,7 @@ def main(argv=None):
     if args.emulate_hosts and args.bandwidth:
         ap.error("--bandwidth shapes one shared loopback; with --emulate-hosts give each host's NIC with --nic")
     if args.nic:
-        from cdsgd_mx.cluster.launch import RATE_RE
+        from cdsgd_mx.cluster.shaping import RATE_RE
         if not RATE_RE.match(args.nic):
             ap.error("--nic must be a tc rate such as 100mbit, 1gbit or 10gbit, got %r" % args.nic)
     if args.worker:

@@ -175,7 +175,7 @@ def main(argv=None):
     ap.add_argument("--plot", help="draw time per step against workers here (PNG)")
     args = ap.parse_args(argv)
     from cdsgd_mx.cluster import emulate
-    from cdsgd_mx.cluster.launch import RATE_RE
+    from cdsgd_mx.cluster.shaping import RATE_RE
     from cdsgd_mx.experiments import models as known
     workers, servers = parse_list(args.workers, "workers"), parse_list(args.servers, "servers")
     if len(workers) != len(servers):

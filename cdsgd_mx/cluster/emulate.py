@@ -47,7 +47,8 @@ import sys
 import tempfile
 import time
 
-from cdsgd_mx.cluster.launch import RATE_RE, netem_unavailable, process_state, shaping_burst
+from cdsgd_mx.cluster.processes import process_state
+from cdsgd_mx.cluster.shaping import RATE_RE, link_qdisc, netem_unavailable
 
 SUBNET = "10.213.0."      # the cluster network: the login node at .1, host i at .(11 + i)
 MGMT_SUBNET = "10.214.0."  # each host's unconnected management interface
@@ -118,14 +119,9 @@ def pids_in(netns):
 
 def shaping(dev, rate, latency, netns=None):
     """tc on one end of a link: RATE leaving through dev, plus latency."""
-    if not rate and not latency:
-        return
-    if latency:  # netem delays and, with rate, paces; its queue is long enough for a window
-        cmd = ["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "%gms" % latency, "limit", "100000"]
-        sh(*(cmd + (["rate", rate] if rate else [])), netns=netns)
-    else:  # tbf: the burst above the MTU (else full-size packets are dropped), small against a round
-        sh("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", str(shaping_burst(rate)),
-           "latency", "100ms", netns=netns)
+    cmd = link_qdisc(dev, rate, latency)
+    if cmd:
+        sh(*cmd, netns=netns)
 
 
 class Cluster:

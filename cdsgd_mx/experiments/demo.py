@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 from cdsgd_mx.cluster import joblog
-from cdsgd_mx.cluster.launch import RATE_RE, netns_unavailable
+from cdsgd_mx.cluster.shaping import RATE_RE, netns_unavailable
 
 ALGORITHMS = ["ssgd", "cdsgd"]
 DEFAULT_LINK = "100mbit"  # where LeNet-5's round (0.24 MB of fp32 each way per worker) outweighs its compute

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from cdsgd_mx.cluster.launch import netns_prelude, netns_unavailable, shaping_burst
+from cdsgd_mx.cluster.shaping import netns_prelude, netns_unavailable, shaping_burst
 
 WHY = netns_unavailable()
 

@@ -17,7 +17,7 @@ TRAIN = os.path.join(ROOT, "scripts", "train.py")
 
 
 def netns_ok():
-    from cdsgd_mx.cluster.launch import netns_unavailable
+    from cdsgd_mx.cluster.shaping import netns_unavailable
     return netns_unavailable() is None
 
 

@@ -85,10 +85,10 @@ def test_network_hosts_falls_back_where_no_hosts_can_be_made(tmp_path, monkeypat
     """Where emulated hosts cannot be made, network: hosts becomes the shared loopback, shaped
     where a namespace can be made, else unshaped, said in one line; the workers get the network
     they really have as overrides (their config.json records it)."""
-    from cdsgd_mx.cluster import emulate, launch
+    from cdsgd_mx.cluster import emulate, shaping
     train = load_train_script()
     monkeypatch.setattr(emulate, "unavailable", lambda: "no emulated hosts here")
-    monkeypatch.setattr(launch, "netns_unavailable", lambda: netns)
+    monkeypatch.setattr(shaping, "netns_unavailable", lambda: netns)
     monkeypatch.setenv(train.COMMAND_ENV, "")  # main() sets it: restored after the test
     launched = []
     monkeypatch.setattr(train.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
