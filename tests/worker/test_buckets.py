@@ -241,3 +241,57 @@ def test_engine_copies_copy_like_copyto_in_order_and_after_the_writes_before_the
     later = mx.nd.full(SHAPES[2], 7.0)
     EngineCopies([(src[2], dst[2]), (later, dst[2])]).run()  # issued in list order: the last one stays
     np.testing.assert_array_equal(dst[2].asnumpy(), np.full(SHAPES[2], 7.0, np.float32))
+
+
+class _Held(mx.operator.CustomOp):
+    """An engine operation that finishes only once the test lets it (an Event)."""
+    release = threading.Event()
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        _Held.release.wait(60)
+        self.assign(out_data[0], req[0], in_data[0])
+
+
+@mx.operator.register("cdsgd_test_held")
+class _HeldProp(mx.operator.CustomOpProp):
+    def list_outputs(self):
+        return ["output"]
+
+    def infer_shape(self, in_shape):
+        return in_shape, in_shape, []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _Held()
+
+
+@pytest.mark.parametrize("pull", [False, True], ids=["fp32", "2-bit pulls"])
+def test_each_buckets_wire_is_an_array_of_its_own_so_rounds_are_in_flight_together(pull):
+    """MXNet's engine orders every operation on an array (its views included) after the writes
+    issued before it. A round writes its bucket's comm_buf (and with 2-bit pulls its down_buf):
+    with one flat buffer a bucket's round waited for every earlier bucket's, and the NIC
+    carried one direction at a time (issue 55). Here a write to bucket 0's wire that cannot
+    finish yet must not hold up bucket 1's."""
+    plan = buckets.plan([(0, 40), (1, 40)], 40, 2, 1, protocol.Keys(1))
+    assert len(plan) == 2
+    if pull:
+        for b in plan:
+            b.down_key = 99
+    bset = buckets.BucketSet(plan, {0: (40,), 1: (40,)}, {0: [mx.nd.zeros(40)], 1: [mx.nd.zeros(40)]}, True,
+                             region=4, pull=pull)
+    _Held.release.clear()
+    wires = [(b.comm_wire, b.down_wire) if pull else (b.comm_wire,) for b in plan]
+    for w in wires[0]:  # a round of bucket 0 still on the wire
+        mx.nd.Custom(mx.nd.ones(w.shape), op_type="cdsgd_test_held").copyto(w)
+    done = threading.Event()
+
+    def bucket_1():
+        for w in wires[1]:
+            w[:] = 1  # bucket 1's round: its own write, then read
+            w.wait_to_read()
+        done.set()
+    threading.Thread(target=bucket_1, daemon=True).start()
+    finished = done.wait(30)
+    _Held.release.set()
+    mx.nd.waitall()
+    assert finished, "bucket 1's wire waited for bucket 0's round"
+    assert all((w.asnumpy() == 1).all() for ws in wires for w in ws)
