@@ -95,7 +95,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m cdsgd_mx.bench.device", description=__doc__.split("\n\n")[0])
     ap.add_argument("--values", type=int, default=25_600_000, help="values in the bucket (default: ResNet-50's 25.6 M)")
     ap.add_argument("--bucket-values", type=int, default=1 << 20,
-                    help="values per bucket for the per-step figures (default: the worker's 2^20)")
+                    help="values per bucket for the per-step figures (default 2^20)")
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--threads", default="%d,1" % (os.cpu_count() or 1),
                     help="CPU threads of the host path's quantizer, comma-separated (default: all cores, then 1)")

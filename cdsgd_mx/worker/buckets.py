@@ -54,7 +54,12 @@ from cdsgd_mx import codec
 from cdsgd_mx.wire import proofs, protocol
 from cdsgd_mx.worker.engine_copies import EngineCopies
 
-DEFAULT_BUCKET_SIZE = 1 << 20  # values (4 MiB of fp32); capped by the big-array bound, see plan()
+# values (1 MiB of fp32): the partition of a round, several in flight so that one bucket's W comes
+# back while the next one's push goes out; capped by the big-array bound, see plan(). Chosen by
+# measurement (docs/performance.md, "A round on per-host NICs"): 2^20 left Inception-BN's fp32
+# round at 2 buckets, one direction of the NIC at a time; 2^17 and less cost compressed rounds
+# more CPU per bucket than they save
+DEFAULT_BUCKET_SIZE = 1 << 18
 
 
 @dataclass
