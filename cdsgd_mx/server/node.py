@@ -551,8 +551,21 @@ def serve_if_not_worker():
         sys.exit(0)
 
 
+USAGE = """usage: python -m cdsgd_mx.server [--stock]
+
+A scheduler or server of a cdsgd_mx job, by DMLC_ROLE=scheduler|server and MXNet's other DMLC_*
+variables (a launcher sets them: python -m cdsgd_mx.launch, cdsgd_mx.slurm, cdsgd_mx.mxnet_launch).
+
+options:
+  --stock     run MXNet's own node loop instead of ours (stock baselines: launch --stock-server)
+  -h, --help  show this message and exit"""
+
+
 def main():
     """python -m cdsgd_mx.server [--stock]: ours, or MXNet's own node loop (for baselines)."""
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(USAGE)
+        return
     if "--stock" in sys.argv[1:]:
         import_mxnet()  # MXNet's own server loop runs on import
     else:
