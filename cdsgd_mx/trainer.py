@@ -17,7 +17,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from cdsgd_mx import numerics
-from cdsgd_mx.worker.buckets import DEFAULT_BUCKET_SIZE
+from cdsgd_mx.worker.buckets import default_bucket_size
 from cdsgd_mx.worker.config import DEFAULT_RESYNC_EVERY, ConfigError, check_config, check_learning_rate
 from cdsgd_mx.worker.kvstore import CDSGD
 from cdsgd_mx.worker import recorder
@@ -47,7 +47,7 @@ def require_numerics(mode):
 class Trainer(gluon.Trainer):
     """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
     local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None,
-    nonfinite='error', bucket_size=2^18 values, pull_compression='none' ('2bit': 2-bit both
+    nonfinite='error', bucket_size=2^18 values for ssgd and odsgd, 2^20 for bitsgd and cdsgd, pull_compression='none' ('2bit': 2-bit both
     ways, bitsgd and cdsgd), resync_every=0 (bitsgd with 2-bit pulls: never re-sync),
     fp32_sum='arrival' ('rank': the servers sum fp32 pushes in rank order, so the same seed gives
     the same weights with any number of workers), numerics=None ('portable': require the pinned
@@ -64,10 +64,11 @@ class Trainer(gluon.Trainer):
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="dist_sync", algorithm="cdsgd",
                  k=5, warmup_steps=DEFAULT_WARMUP_STEPS, threshold=0.5, local_optimizer="sgd",
                  local_optimizer_params=None, trace=None, compression_params=None, update_on_kvstore=None,
-                 nonfinite="error", bucket_size=DEFAULT_BUCKET_SIZE, pull_compression="none",
+                 nonfinite="error", bucket_size=None, pull_compression="none",
                  resync_every=DEFAULT_RESYNC_EVERY, fp32_sum="arrival", numerics=None):
         require_numerics(numerics)
         aggregate = update_on_kvstore is False  # the servers sum, the workers update (gluon's meaning)
+        bucket_size = default_bucket_size(algorithm) if bucket_size is None else bucket_size
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
                      pull_compression, resync_every, fp32_sum)
         for name, given in (("optimizer_params", optimizer_params), ("local_optimizer_params", local_optimizer_params)):

@@ -54,12 +54,21 @@ from cdsgd_mx import codec
 from cdsgd_mx.wire import proofs, protocol
 from cdsgd_mx.worker.engine_copies import EngineCopies
 
-# values (1 MiB of fp32): the partition of a round, several in flight so that one bucket's W comes
-# back while the next one's push goes out; capped by the big-array bound, see plan(). Chosen by
-# measurement (docs/performance.md, "A round on per-host NICs"): 2^20 left Inception-BN's fp32
-# round at 2 buckets, one direction of the NIC at a time; 2^17 and less cost compressed rounds
-# more CPU per bucket than they save
-DEFAULT_BUCKET_SIZE = 1 << 18
+# Values per bucket, the partition of a round: several of a model's buckets are in flight at
+# once, one's W coming back while the next one's push goes out. Chosen by measurement
+# (docs/performance.md, "A round on per-host NICs"): an fp32 round wants small partitions
+# (Inception-BN's S-SGD round at 2 workers + 1 server on 1 Gbit/s NICs: 192 ms at 2^20, 2
+# buckets, against 139 at 2^18); a compressed round pays CPU per bucket (BIT-SGD both ways on
+# Inception-BN at 1 Gbit/s: 19 ms at 2^20, 24 at 2^18). So the algorithms that push fp32 every
+# step (ssgd, odsgd) default to 2^18 (1 MiB of fp32) and the compressing ones to 2^20 (4 MiB).
+# Capped by the big-array bound, see plan().
+DEFAULT_BUCKET_SIZE = 1 << 20
+FP32_BUCKET_SIZE = 1 << 18
+
+
+def default_bucket_size(algorithm):
+    """bucket_size when none is given: by what the algorithm's rounds push (see above)."""
+    return FP32_BUCKET_SIZE if algorithm in ("ssgd", "odsgd") else DEFAULT_BUCKET_SIZE
 
 
 @dataclass

@@ -70,8 +70,8 @@ class CDSGD(KVStoreBase):
         'error' (default) stops with an error naming the parameter and the step; 'skip' drops
         that step on every worker (the workers vote each step, one small push and pull), as if
         its batch never came
-    bucket_size: values per fused bucket (default 2^18; docs/performance.md has the
-        measurements behind it). The parameters of one broadcast() call are fused, and
+    bucket_size: values per fused bucket (default 2^18 for ssgd and odsgd, whose rounds push
+        fp32, 2^20 for the compressing ones; docs/performance.md has the measurements). The parameters of one broadcast() call are fused, and
         parameters broadcast one per call (Module, gluon.Trainer) are fused together at the
         first pushpull; every step must bring each of them once
     fuse_calls: False keeps a bucket set per one-parameter broadcast() (exact from the first
@@ -94,8 +94,10 @@ class CDSGD(KVStoreBase):
 
     def __init__(self, algorithm="cdsgd", k=5, warmup_steps=0, threshold=0.5, kvstore="dist_sync",
                  local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error",
-                 bucket_size=bucketing.DEFAULT_BUCKET_SIZE, aggregate=False, pull_compression="none",
+                 bucket_size=None, aggregate=False, pull_compression="none",
                  resync_every=DEFAULT_RESYNC_EVERY, fuse_calls=True, fp32_sum="arrival"):
+        if bucket_size is None:
+            bucket_size = bucketing.default_bucket_size(algorithm)
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
                      pull_compression, resync_every, fp32_sum)
         self.pull_compression = pull_compression
