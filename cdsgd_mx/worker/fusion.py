@@ -75,10 +75,10 @@ class CallFusion:
         """Whether the parameters `got` are all that a first step brings (see the docstring):
         every parameter that carries a gradient mark (where any does), after the last one this
         call brought in broadcast order, has come."""
-        order = bset.keys
-        marked = [k for k in order if k in self.marked]
-        last = max(order.index(k) for k in keys if k in bset.outs)
-        return all(k in got or order.index(k) < last for k in marked or order)
+        at = {k: i for i, k in enumerate(bset.keys)}  # broadcast order
+        marked = [k for k in bset.keys if k in self.marked]
+        last = max(at[k] for k in keys if k in at)
+        return all(k in got or at[k] < last for k in marked or bset.keys)
 
     def _split(self, bset, got):
         """bset planned again as [the parameters that came, the others]; the first set, with

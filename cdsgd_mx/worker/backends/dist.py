@@ -114,12 +114,11 @@ class DistBackend(Backend):
         elif rows:
             self.push_row(bucket.rows_key)
         else:
-            self.pushpull(bucket.weight_key, bucket.comm_wire)
+            self.pushpull(bucket.weight_key, bucket.comm_wire)  # W comes back as the answer
             return
-        if compressed or rows:  # the pull of W is ordered only after a push of W itself
-            acked = [bucket.payload_key if compressed else bucket.rows_key]
-            self.request_acks(acked)
-            self.wait_acks(acked)
+        acked = [bucket.payload_key if compressed else bucket.rows_key]  # the pull of W is ordered
+        self.request_acks(acked)                                         # only after a push of W itself
+        self.wait_acks(acked)
         if pull_down:
             self.pull(bucket.down_key, bucket.down_wire)
         else:
