@@ -18,7 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_mxnet_tracker import BOUND, assert_simulated, job_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+# one SLURM cluster per run: the fixture is per module, and two xdist workers each starting a
+# cluster would both number their first job 1 and so derive the same scheduler port (CI, 2026-11-27)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def _free_port():
