@@ -1,5 +1,6 @@
 """The peer benchmark (python -m cdsgd_mx.bench.comm): it runs stock MXNet and ours side by side
 and reports what each pushed; bad arguments get one line, no traceback."""
+import argparse
 import json
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import pytest
 
 from cdsgd_mx.wire import auth, protocol
 from cdsgd_mx import codec
-from cdsgd_mx.bench.comm import build_model
+from cdsgd_mx.bench.comm_systems import build_model
 from cdsgd_mx.worker.buckets import plan
 
 pytestmark = pytest.mark.slow
@@ -146,7 +147,7 @@ def test_both_ways_systems_pull_a_quarter_byte_per_value(tmp_path):
 
 
 def test_span_medians_take_each_timed_step_total_and_count_a_missing_span_as_zero(tmp_path):
-    from cdsgd_mx.bench.comm import span_medians
+    from cdsgd_mx.bench.comm_jobs import span_medians
     ev = lambda name, step, ms: {"name": name, "ph": "X", "ts": 0, "dur": 1e3 * ms, "pid": 0, "tid": 0,
                                  "args": {"step": step}}
     events = [ev("step", t, 10.0 + t) for t in range(6)]
@@ -174,9 +175,9 @@ def test_bad_arguments_get_one_line(args, message):
 
 
 def test_check_compares_each_ratio_of_median_jobs_with_its_goal(monkeypatch, capsys):
-    """--check's verdicts (bench.comm.run_check), with the jobs' times given: the median over the
+    """--check's verdicts (bench.comm_check.run_check), with the jobs' times given: the median over the
     repeats of each system, a goal missed by a hair counts, and a failed job is a miss."""
-    from cdsgd_mx.bench import comm
+    from cdsgd_mx.bench import comm_check
     times = {"ssgd": [100.0, 90.0, 300.0], "bitsgd": [50.0, 60.0, 55.0], "bitsgd_2bit": [8.0, 9.0, 8.5]}
     calls = []
 
@@ -186,18 +187,18 @@ def test_check_compares_each_ratio_of_median_jobs_with_its_goal(monkeypatch, cap
         if model == "resnet20" and link == "10gbit":
             t = {"ssgd": 10.0, "bitsgd": 10.05, "bitsgd_2bit": 5.0}[system]  # 2-bit 0.5% slower than fp32
         return {"ms": t}
-    monkeypatch.setattr(comm, "run_job", job)
-    args = comm.argparse.Namespace(models=comm.CHECK["models"], bandwidth=comm.CHECK["bandwidth"], rounds=20,
-                                   workers=2, servers=1, grads="fresh", systems=comm.CHECK["systems"])
-    assert comm.run_check(args) == 2
+    monkeypatch.setattr(comm_check, "run_job", job)
+    args = argparse.Namespace(models=comm_check.CHECK["models"], bandwidth=comm_check.CHECK["bandwidth"], rounds=20,
+                              workers=2, servers=1, grads="fresh", systems=comm_check.CHECK["systems"])
+    assert comm_check.run_check(args) == 2
     out = capsys.readouterr().out
-    assert len(calls) == 2 * 2 * 3 * comm.CHECK["repeats"]
+    assert len(calls) == 2 * 2 * 3 * comm_check.CHECK["repeats"]
     assert calls[:3] == [("inception_bn", "1gbit", s) for s in ("ssgd", "bitsgd", "bitsgd_2bit")]
     # medians: 2-bit 55, fp32 100, both ways 8.5: 8.5 / 55 = 0.15 (0.1545 > 0.15: missed)
     assert "BIT-SGD both ways / one way  inception_bn 1gbit    0.15 (0.16, 0.15, 0.15)  goal <= 0.15: NOT MET" in out
     assert "our 2-bit / our fp32 round   inception_bn 1gbit    0.55 (0.50, 0.67, 0.18)  goal <= 1.00: met" in out
     assert "our 2-bit / our fp32 round   resnet20     10gbit   1.01 (1.01, 1.01, 1.01)  goal <= 1.00: NOT MET" in out
     assert out.strip().endswith("--check: 2 goal(s) not met")
-    monkeypatch.setattr(comm, "run_job", lambda *a: {"error": "boom"})
-    assert comm.run_check(args) == 8  # every goal
+    monkeypatch.setattr(comm_check, "run_job", lambda *a: {"error": "boom"})
+    assert comm_check.run_check(args) == 8  # every goal
     assert "a job failed" in capsys.readouterr().out

@@ -1,0 +1,113 @@
+"""bench.comm's jobs: one system's job on a link of either network model, run under the
+launcher, its workers' RESULT lines read into one result (the slowest worker, the spans of
+their traces, the busiest server's stages, the servers' proof checks), or why it failed; and
+whether a link can be shaped here at all."""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+from cdsgd_mx.cluster.shaping import netns_prelude, netns_unavailable
+from cdsgd_mx.wire import stages
+from cdsgd_mx.bench.comm_systems import ALTERNATING, OUR_JOBS, WARMUP_ROUNDS
+
+
+def netns_problem(link):
+    """None if the launcher can shape `link` here, else why not (the launcher's own check, then
+    its shaping commands tried once)."""
+    why = netns_unavailable()
+    if why:
+        return why
+    script = netns_prelude(argparse.Namespace(bandwidth=link, latency=None))
+    proc = subprocess.run(["unshare", "-n", "bash", "-c", script], capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        return "cannot create a shaped network namespace: %s" % (lines[-1] if lines else "exit %d" % proc.returncode)
+    return None
+
+
+def failure_reason(proc):
+    """One line saying why a job failed: the last exception line, else the launcher's word."""
+    lines = [l.strip() for l in (proc.stdout + "\n" + proc.stderr).splitlines() if l.strip()]
+    for pattern in (r"\b\w*(Error|Exception|Interrupt)\b:", r"^launch \|", r"."):
+        hits = [l for l in lines if re.search(pattern, l)]
+        if hits:
+            m = re.match(r"^(\w+(?: \d+)?) \| (.*)$", hits[-1])  # the launcher's "worker 1 | " prefix
+            where, text = (m.group(1) + ", ", m.group(2)) if m else ("", hits[-1])
+            return "%s (%sexit %d)" % (text[:300], where, proc.returncode)
+    return "exit code %d" % proc.returncode
+
+
+def split_link(label):
+    """'1gbit' -> ('1gbit', 'shared'); '1gbit/hosts' -> ('1gbit', 'hosts')."""
+    link, _, network = label.partition("/")
+    return link, network or "shared"
+
+
+def run_job(args, model, label, system):
+    py = sys.executable
+    link, network = split_link(label)
+    cmd = [py, "-m", "cdsgd_mx.launch", "-n", str(args.workers), "-s", str(args.servers),
+           "--timeout", str(args.timeout)]
+    if network == "hosts":  # each server and worker on a host of its own
+        cmd += ["--emulate-hosts", str(args.workers + args.servers)] + (["--nic", link] if link != "none" else [])
+    elif link != "none":
+        cmd += ["--bandwidth", link]
+    if system.startswith("stock"):
+        cmd.append("--stock-server")
+    cmd += ["--", py, "-m", "cdsgd_mx.bench.comm", "--worker", "--system", system, "--models", model,
+            "--rounds", str(args.rounds), "--grads", args.grads]
+    if args.bucket_size:
+        cmd += ["--bucket-size", str(args.bucket_size)]
+    if args.trace and system in OUR_JOBS:
+        cmd += ["--trace", os.path.abspath(args.trace), "--link", label.replace("/", "-")]
+    env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND="1000000", CDSGD_PROOF_STATS="1", **{stages.ENV: "1"})
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    found = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
+    if proc.returncode != 0 or len(found) < args.workers:
+        return {"error": failure_reason(proc)}
+    worst = max(found, key=lambda r: r.get("ratio", r["ms"]))
+    result = {"ms": worst["ms"], "workers": sorted(found, key=lambda r: r["rank"]),
+              "bytes_per_round": worst["bytes_per_round"]}
+    if "ratio" in worst:  # paired: the worker with the larger ratio, and the mean over the workers
+        result.update({k: v for k, v in worst.items() if k.endswith("_ms") or k in ("ratio", "rank")})
+        result["mean_ratio"] = statistics.mean(r["ratio"] for r in found)
+    if args.trace and system in OUR_JOBS:  # where the timed rounds went, worker by worker
+        result["spans"] = [span_medians(trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"]),
+                                        WARMUP_ROUNDS)
+                           for r in result["workers"]]
+    found_stages = stages.reports(proc.stdout)
+    if found_stages:  # the busiest server's compressed rounds, stage by stage: ms per round of the job
+        rounds = WARMUP_ROUNDS + args.rounds * (2 if system in ALTERNATING else 1)
+        busiest = max(found_stages, key=lambda st: sum(st["wall"].values()))
+        result["server_stages"] = {name: {"ms": 1e3 * busiest["wall"][name] / rounds,
+                                          "cpu_ms": 1e3 * busiest["cpu"][name] / rounds}
+                                   for name in busiest["wall"]}
+    proofs = [json.loads(l.split("PROOF_STATS ", 1)[1]) for l in proc.stdout.splitlines() if "PROOF_STATS " in l]
+    if proofs:  # the servers' proof checks, per round of one bucket, measured in the job itself
+        result["server_proof_us"] = 1e6 * sum(p["seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
+        result["server_proof_cpu_us"] = 1e6 * sum(p["cpu_seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
+    return result
+
+
+def trace_path(folder, model, link, system, rank):
+    return os.path.join(folder, "%s-%s-%s-rank%s.json" % (model, link, system, rank))
+
+
+def span_medians(path, first_step):
+    """{span name: median over steps >= first_step of its total ms in that step} from a worker's
+    chrome trace (spans without a step are left out; "step" is the main thread's whole step)."""
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    per_step, steps = {}, set()
+    for e in events:
+        step = e.get("args", {}).get("step")
+        if e.get("ph") == "X" and step is not None and step >= first_step:
+            by_step = per_step.setdefault(e["name"], {})
+            by_step[step] = by_step.get(step, 0.0) + e["dur"] / 1e3
+            steps.add(step)
+    # a step without the span counts as 0 ms of it
+    return {name: statistics.median([d.get(t, 0.0) for t in sorted(steps)]) for name, d in per_step.items()}
