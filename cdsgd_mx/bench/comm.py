@@ -1,12 +1,13 @@
 """One communication round of MXNet fp32, MXNet 2-bit, S-SGD, BIT-SGD and CD-SGD side by side.
 
     python -m cdsgd_mx.bench.comm [--bandwidth 1gbit,10gbit,none] [--models inception_bn,resnet20,alexnet]
-        [--network shared,hosts] [--workers 2] [--servers 1] [--rounds 30]
+        [--network hosts|shared|shared,hosts] [--workers 2] [--servers 1] [--rounds 30]
         [--systems stock_fp32,stock_2bit,ssgd,bitsgd,cdsgd,bitsgd_2bit,cdsgd_2bit]
         [--bucket-size N] [--timeout SEC] [--json PATH] [--trace DIR]
 
 Tells whether compression pays on a link. For each model and link, each system runs as its own
-job under the launcher. Two network models (--network):
+job under the launcher. Two network models (--network; default hosts where this machine can
+emulate hosts: root, iproute2 and sshd; else shared, said in one line):
   shared  scheduler, servers and workers on this machine's loopback; a link other than `none` is
           one tc-shaped loopback that every flow, both directions and every server share
   hosts   every server and worker on an emulated host of its own (cdsgd_mx.cluster.emulate),
@@ -122,8 +123,9 @@ def main(argv=None):
     ap.add_argument("--system", default="ssgd", help=argparse.SUPPRESS)
     ap.add_argument("--bandwidth", default="1gbit,10gbit,none", help="links, tc rates or none (default %(default)s)")
     ap.add_argument("--models", default="inception_bn,resnet20,alexnet")
-    ap.add_argument("--network", default="shared",
-                    help="shared (one shaped loopback), hosts (a NIC per emulated host) or both: shared,hosts")
+    ap.add_argument("--network", default=None,
+                    help="hosts (a NIC per emulated host: the default where this machine can emulate hosts), "
+                         "shared (one shaped loopback: the default elsewhere) or both: shared,hosts")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=30)
@@ -139,17 +141,18 @@ def main(argv=None):
                          "round written before it (untimed), a round waited for as the next forward "
                          "waits, on the weights (default %(default)s)")
     ap.add_argument("--check", action="store_true",
-                    help="the speed goals (issue 47): BIT-SGD both ways / one way and our 2-bit / fp32 round, "
+                    help="the speed goals: BIT-SGD both ways / one way and our 2-bit / fp32 round (gates), ours "
+                         "against stock MXNet and each round against its wire bound at 1 Gbit/s (targets), "
                          "Inception-BN and ResNet-20 at 1 and 10 Gbit/s, 3 jobs per system, fresh gradients, "
-                         "2 workers + 1 server; prints each ratio beside its goal, exits 1 if one is missed "
-                         "(about 3 minutes on 2 cores; sets every other option)")
+                         "2 workers + 1 server, on the default network; prints each ratio beside its goal, exits 1 "
+                         "if a gate is missed (about 15 minutes on 2 cores; sets every option but --network)")
     ap.add_argument("--link", default="none", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
     if args.check:
         args.models, args.bandwidth, args.systems = (",".join(CHECK[k]) for k in ("models", "bandwidth", "systems"))
-        args.rounds, args.grads, args.network = CHECK["rounds"], CHECK["grads"], "shared"
+        args.rounds, args.grads = CHECK["rounds"], CHECK["grads"]
         args.workers, args.servers = 2, 1
 
     def fail(msg):
@@ -167,6 +170,11 @@ def main(argv=None):
     bad = [v for v in args.bandwidth if v != "none" and not RATE_RE.match(v)]
     if bad or not args.bandwidth:
         fail("--bandwidth: bad link %r (allowed: none or a tc rate such as 100mbit, 1gbit, 10gbit)" % ",".join(bad))
+    if args.network is None:  # a cluster's shape where this machine can emulate it
+        why = emulate.unavailable()
+        args.network = "shared" if why else "hosts"
+        if why:
+            print("note: no emulated hosts here (%s): the shared loopback instead (--network shared)" % why, flush=True)
     networks = [v for v in args.network.split(",") if v]
     bad = [v for v in networks if v not in ("shared", "hosts")]
     if bad or not networks:
@@ -178,7 +186,7 @@ def main(argv=None):
         if value is not None and value < 1:
             fail("--%s must be >= 1, got %r" % (opt.replace("_", "-"), value))
     if args.check:
-        return 1 if run_check(args) else 0
+        return 1 if run_check(args, {m: model_info(m) for m in args.models}) else 0
     return leader(args)
 
 
