@@ -13,6 +13,13 @@ beside the fp32 round (phi), the 2-bit round (psi + delta) and the both-ways rou
 algorithm's iteration time is printed beside the time model's (cdsgd_mx.experiments.timemodel,
 eqs. 2-7, calibrated by the cell's own tau, phi and psi).
 
+Stock MXNet in the same cell, on the same hosts: `python -m cdsgd_mx.bench.comm --network hosts`
+times a round of gluon's Trainer on `dist_sync` (stock_fp32) and of MXNet's own 2-bit
+(stock_2bit) on MXNet's own servers, and the row is the measured compute (tau) plus that round:
+a step of stock MXNet waits for its round as S-SGD's does (eq. 2). An emulated step cannot show
+what stock MXNet hides behind a real backward (the last layers' pushes start while the first
+layers still compute); neither can it for ours.
+
 The goal per cell where the model says communication dominates (CD-SGD's mean communication
 ((k-1)(psi+delta) + phi)/k above tau): CD-SGD within 15% of max(tau, that communication), and
 faster than BIT-SGD and S-SGD. The cell's line says which goal it misses, and whether the
@@ -25,15 +32,36 @@ workers, one line per algorithm, a panel per model.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 
 from cdsgd_mx.experiments import provenance, timemodel
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
+STOCK = ["stock_fp32", "stock_2bit"]  # stock MXNet: gluon dist_sync fp32, MXNet's own 2-bit (bench.comm)
 DEFAULT_COMPUTE_MS = {"resnet50": 90.0, "inception_bn": 25.0}
 CPU_BOUND = 0.8  # a cell whose nodes keep this share of the cores busy is limited by them
+
+
+def stock_rounds(model, workers, servers, nic, rounds, timeout):
+    """{system: ms per round} of stock MXNet on the cell's hosts: one bench.comm job per system."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "stock.json")
+        cmd = [sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", model, "--bandwidth", nic, "--network", "hosts",
+               "--systems", ",".join(STOCK), "--workers", str(workers), "--servers", str(servers),
+               "--rounds", str(rounds), "--timeout", str(timeout), "--json", path]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        runs = json.load(open(path))["runs"] if os.path.exists(path) else []
+    systems = runs[0].get("systems", {}) if runs else {}
+    if proc.returncode != 0 or any("ms" not in systems.get(s, {}) for s in STOCK):
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-2000:])
+        why = "; ".join("%s: %s" % (s, systems[s]["error"]) for s in STOCK if "error" in systems.get(s, {}))
+        raise RuntimeError("stock MXNet's jobs of the %s cell with %d workers and %d servers failed (exit code %d%s)"
+                           % (model, workers, servers, proc.returncode, "; " + why if why else ""))
+    return {s: systems[s]["ms"] for s in STOCK}
 
 
 def run_cell(model, workers, servers, nic, compute_ms, k, iterations, timeout):
@@ -61,6 +89,8 @@ def run_cell(model, workers, servers, nic, compute_ms, k, iterations, timeout):
             "iter_ms": {a: jobs[a]["iter_ms"] for a in ALGORITHMS},
             "model_ms": {a: predicted[a] for a in ALGORITHMS if a in predicted},
             "worker_cpu_ms": {a: jobs[a].get("worker_cpu_ms") for a in ALGORITHMS}}
+    cell["stock_round_ms"] = stock_rounds(model, workers, servers, nic, max(iterations, 10), timeout)
+    cell["iter_ms"].update({s: tau + ms for s, ms in cell["stock_round_ms"].items()})
     cell["cores"] = provenance.cpu()["cores_usable"]
     cell["cpu_busy"] = cpu_busy(cell)
     cell["verdict"] = verdict(cell)
@@ -115,7 +145,15 @@ def print_cell(cell):
                                                     "%.2f" % (cell["iter_ms"][a] / m) if m else "-",
                                                     "%.1f" % cpu if cpu is not None else "-",
                                                     "%.0f%%" % (100 * busy) if busy is not None else "-"))
+    for s in STOCK:
+        if s in cell["iter_ms"]:
+            print("  %-12s %10.1f %10s %8s %14s %10s   (compute + its round of %.1f ms, MXNet's own servers)" % (
+                s, cell["iter_ms"][s], "-", "-", "-", "-", cell["stock_round_ms"][s]))
     t = cell["iter_ms"]
+    if all(s in t for s in STOCK):
+        print("  against stock MXNet: S-SGD / stock fp32 %.2f, BIT-SGD / MXNet 2-bit %.2f, CD-SGD / stock fp32 %.2f, "
+              "CD-SGD / MXNet 2-bit %.2f" % (t["ssgd"] / t["stock_fp32"], t["bitsgd"] / t["stock_2bit"],
+                                             t["cdsgd"] / t["stock_fp32"], t["cdsgd"] / t["stock_2bit"]))
     gain = t["bitsgd"] / t["cdsgd"] - 1  # the paper's speed-up ratio over BIT-SGD
     print("  CD-SGD / BIT-SGD %.2f (%.0f%% %s), / S-SGD %.2f, / max(compute, comm) %.2f; both ways: "
           "CD-SGD / BIT-SGD %.2f; %s" % (
@@ -136,6 +174,10 @@ def plot(cells, path):
         for a in ALGORITHMS:
             ax.plot(ws, [c["iter_ms"][a] for c in mine], marker="o", label=a,
                     linestyle="--" if a.endswith("_2bit") else "-")
+        for s in STOCK:
+            if all(s in c["iter_ms"] for c in mine):
+                ax.plot(ws, [c["iter_ms"][s] for c in mine], marker="s", color="black", label=s + " (MXNet)",
+                        linestyle="-." if s.endswith("2bit") else ":")
         ax.plot(ws, [c["tau_ms"] for c in mine], color="grey", linestyle=":", label="compute (tau)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

@@ -128,8 +128,8 @@ def test_emulated_compute_on_emulated_hosts(tmp_path):
 def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
     """python -m cdsgd_mx.bench.scaling (issue 48): one cell (LeNet-5, 2 workers + 1 server on
     3 emulated hosts at 100 Mbit/s, 20 ms of compute) with every algorithm beside the time
-    model, the servers' CPU, the verdict and the plot; and one-line stops for bad input.
-    Slow: one interleaved job of 3 nodes, about 25 s on 2 cores."""
+    model, stock MXNet's rows, the servers' CPU, the verdict and the plot; and one-line stops for
+    bad input. Slow: one interleaved job of 3 nodes and two stock jobs, about 50 s on 2 cores."""
     from cdsgd_mx.cluster import emulate
     bad = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.scaling", "--workers", "2,4", "--servers", "1"],
                          capture_output=True, text=True, timeout=60)
@@ -153,6 +153,12 @@ def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
     # LeNet-5's fp32 round at 100 Mbit/s is 4x its compute: communication dominates, CD-SGD gains
     assert cell["cdsgd_comm_ms"] > cell["tau_ms"] and cell["iter_ms"]["cdsgd"] < 0.8 * cell["iter_ms"]["ssgd"], cell
     assert "CD-SGD / BIT-SGD" in proc.stdout and png.stat().st_size > 10_000
+    # stock MXNet on the same hosts: compute plus its round, a round of fp32 at least LeNet-5's wire time
+    fp32_wire_ms = 1e3 * 2 * 4 * 61706 * 8 / 100e6  # 2 workers' pulls through the server's NIC, its busier way
+    assert cell["stock_round_ms"]["stock_fp32"] > 0.9 * fp32_wire_ms, cell
+    for s in ("stock_fp32", "stock_2bit"):
+        assert cell["iter_ms"][s] == pytest.approx(cell["tau_ms"] + cell["stock_round_ms"][s]), cell
+    assert "against stock MXNet: S-SGD / stock fp32" in proc.stdout
 
 
 def test_a_cell_whose_nodes_fill_the_cores_is_called_cpu_bound():
