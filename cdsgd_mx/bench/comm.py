@@ -137,7 +137,7 @@ def main(argv=None):
                     help="the project's workers write chrome traces to DIR; span medians are printed")
     ap.add_argument("--grads", default="fixed", choices=("fixed", "fresh"),
                     help="fixed: one gradient draw pushed every round, a round waited with waitall "
-                         "(the figures in docs/performance.md before issue 47); fresh: a new draw each "
+                         "(docs/performance.md's per-host figures); fresh: a new draw each "
                          "round written before it (untimed), a round waited for as the next forward "
                          "waits, on the weights (default %(default)s)")
     ap.add_argument("--check", action="store_true",

@@ -27,7 +27,7 @@ cell was bound by this machine's cores (its nodes kept 80% or more of them busy:
 each node has its own), which an emulated network cannot hide.
 
 --compute-ms: the paper gives no per-iteration compute times; the defaults are estimates (see
-docs/performance.md). --json writes every cell's rows; --plot draws time per step against
+docs/performance.md, "Scaling: CD-SGD against BIT-SGD and S-SGD"). --json writes every cell's rows; --plot draws time per step against
 workers, one line per algorithm, a panel per model.
 """
 import argparse

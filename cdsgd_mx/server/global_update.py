@@ -139,7 +139,8 @@ class GlobalUpdate:
         parameters with the same multipliers (once per bucket when none are set), the states
         being views of one flat momentum; other optimizers go through MXNet's Updater parameter
         by parameter. MXNet 1.9.1's multi_sgd_mom_update measured 15x slower than one
-        sgd_mom_update over the same values here (docs/performance.md)."""
+        sgd_mom_update over the same values here (docs/performance-history.md, "The server's update:
+        one pass per bucket")."""
         from mxnet import ndarray as nd
         opt = self.optimizer
         if not self._plain_sgd(wk, weight, grad.dtype):

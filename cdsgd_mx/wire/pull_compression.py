@@ -26,7 +26,8 @@ The down payload of a bucket (its down key, on the bucket's server; protocol.py)
 the two norms after the update (every NORMS_EVERY-th round; the last ones in between), so
 that a worker can log ||W - V|| / ||W|| at no cost.
 
-The rule, chosen by measurement (docs/performance.md, "2 bits both ways"): s_p = 1.75 times the
+The rule, chosen by measurement (commit 762746a; docs/reproduction-history.md, "2-bit pulls: a step of
+1.75 RMS where |W - V| >= 0.875 RMS"): s_p = 1.75 times the
 root mean square of e over the parameter's piece (codec.PULL_LEVEL; summed in float64 in the
 codec's fixed order, as float32), and a value moves where |e| >= s_p / 2, 0.875 RMS
 (codec.PULL_THRESHOLD). The server computes the steps and the codes in native passes
@@ -40,7 +41,8 @@ moving where |e| >= s_p): 0.80 against 1.39 steps behind W under SGD with moment
 against 0.73 without. The RMS against the mean of |e| and twice it: the same error in steady
 state, and after a 100x decay it catches up 5x faster than the mean. Per parameter, not per bucket: one
 scale for a bucket is set by its parameters with the largest changes, and Inception-BN's small
-biases and betas then held V 40-55% away from W (fig7 --quick lost 26 pp; docs/reproduction.md).
+biases and betas then held V 40-55% away from W (fig7 --quick lost 26 pp; docs/reproduction-history.md, "2-bit pulls: one scale per parameter,
+not per bucket").
 
 API: scale(e); down_size(n, pieces); pieces_of(bucket); relative_error(norms); NORMS_EVERY; PULL_FP32,
 PULL_2BIT (the flag a payload row carries); ServerCopies().register(dk, wk, n, pieces, stored,

@@ -56,7 +56,7 @@ from cdsgd_mx.worker.engine_copies import EngineCopies
 
 # Values per bucket, the partition of a round: several of a model's buckets are in flight at
 # once, one's W coming back while the next one's push goes out. Chosen by measurement
-# (docs/performance.md, "A round on per-host NICs"): an fp32 round wants small partitions
+# (docs/performance-history.md, "Bucket size by algorithm"): an fp32 round wants small partitions
 # (Inception-BN's S-SGD round at 2 workers + 1 server on 1 Gbit/s NICs: 192 ms at 2^20, 2
 # buckets, against 139 at 2^18); a compressed round pays CPU per bucket (BIT-SGD both ways on
 # Inception-BN at 1 Gbit/s: 19 ms at 2^20, 24 at 2^18). So the algorithms that push fp32 every

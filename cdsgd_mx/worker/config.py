@@ -28,7 +28,7 @@ PULL_COMPRESSIONS = ("none", "2bit")
 # how the servers sum the workers' fp32 pushes: in the order they arrive (MXNet's own), or in rank
 # order (fp32 rows keys: the same seed gives the same weights with any number of workers)
 FP32_SUMS = ("arrival", "rank")
-DEFAULT_RESYNC_EVERY = 0  # BIT-SGD with 2-bit pulls: 0, never an exact fp32 pull (a re-sync kicks V; docs/performance.md)
+DEFAULT_RESYNC_EVERY = 0  # BIT-SGD with 2-bit pulls: 0, never an exact fp32 pull (a re-sync kicks V; docs/performance-history.md)
 AGGREGATE_CHECKPOINT = ("save_states/load_states with update_on_kvstore=False (the workers update) are not supported "
                         "yet: checkpoint a job whose servers update (update_on_kvstore=None)")
 AGGREGATE_DELAYED = ("the workers cannot update (update_on_kvstore=False, allreduce_grads()/update()) with "

@@ -4,7 +4,7 @@ Each step copies the new weights from comm_buf (or loc_buf) into every parameter
 engine copy per parameter. `NDArray.copyto` costs about 50 us of Python per call in MXNet 1.9.1
 (its imperative wrapper parses arguments and wraps outputs in new NDArray objects), 3.3-4 ms
 for ResNet-20's 65 arrays on a 2-core machine. The same `_copyto` operator invoked with the
-handles prepared once costs about 10 us per copy (docs/performance.md, "Where ResNet-20's both-ways round went, and
+handles prepared once costs about 10 us per copy (docs/performance-history.md, "The parameters' copies through MXNet's C API"
 two cuts"). It is the same operator with the same inputs and outputs: the engine orders each copy
 after what writes its source and before what reads its destination, exactly as copyto's.
 

@@ -71,7 +71,7 @@ class CDSGD(KVStoreBase):
         that step on every worker (the workers vote each step, one small push and pull), as if
         its batch never came
     bucket_size: values per fused bucket (default 2^18 for ssgd and odsgd, whose rounds push
-        fp32, 2^20 for the compressing ones; docs/performance.md has the measurements). The parameters of one broadcast() call are fused, and
+        fp32, 2^20 for the compressing ones; docs/performance-history.md, "Bucket size by algorithm"). The parameters of one broadcast() call are fused, and
         parameters broadcast one per call (Module, gluon.Trainer) are fused together at the
         first pushpull; every step must bring each of them once
     fuse_calls: False keeps a bucket set per one-parameter broadcast() (exact from the first

@@ -74,7 +74,7 @@ class WorkerCopy:
         holds fp32 W(t+1), pulled; V += the codes of W - V, the very encode the server ran on the
         same W and V (codec.pull_encode), so V stays bit-identical everywhere; then comm = V, the
         weights this worker trains with. V moves as at every compressed step: no jump to W,
-        which under momentum costs accuracy (docs/performance.md, issue 40)."""
+        which under momentum costs accuracy (docs/performance-history.md, "No re-syncs, and an aim ahead of W")."""
         codec.pull_encode(b.comm, self._views[i], self._pieces[i], self._words[i])
         self.to_comm(i, b)
 

@@ -14,7 +14,7 @@ forward/backward, g(t) = a worker's gradient at step t.
   fp32 W (its push was fp32) and both sides encode the same codes from it (tracked; with k = 1
   every step is fp32 both ways, and V := W). Only
   bitsgd's steps with resync_every > 0 and (t - n) % resync_every == 0 re-sync (V := W): under
-  momentum a re-sync is a kick that costs accuracy (docs/performance.md, issue 40). Warm-up
+  momentum a re-sync is a kick that costs accuracy (docs/performance-history.md, "No re-syncs, and an aim ahead of W"). Warm-up
   steps pull fp32 W and V := W.
 """
 import bisect

@@ -59,7 +59,7 @@ def test_both_ways_keeps_one_ways_accuracy_under_momentum():
     rate cut 10x at 60%, k = 4, 20 warm-up steps), 600 steps, seeds 0-2, paired by seed. The rule
     before issue 40 (no aim ahead; CD-SGD's corrections and BIT-SGD's every 10th step re-synced)
     lost 2.08-3.27 points with CD-SGD and 0.96-4.45 with BIT-SGD on these seeds, and this test
-    failed on it (docs/performance.md); now both ways is no worse than one way by 0.5 point on
+    failed on it (docs/performance-history.md, "No re-syncs, and an aim ahead of W"); now both ways is no worse than one way by 0.5 point on
     average over the seeds, and by 1 point on any seed."""
     for algorithm in ("cdsgd", "bitsgd"):
         diffs = []
