@@ -1,0 +1,163 @@
+"""The figures the pages state, recomputed from the raw files in docs/measurements: a table row,
+a range or a ratio that no longer follows from its file fails here. Each test reads the raw file
+the page's section links to, so a page re-recorded with a new file is checked against that one."""
+import glob
+import json
+import re
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PERFORMANCE = (ROOT / "docs" / "performance.md").read_text()
+README = (ROOT / "README.md").read_text()
+MODEL = {"inception_bn": "Inception-BN", "resnet20": "ResNet-20"}
+LINK = {"1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s"}
+
+
+def section(page, heading):
+    """The text of `heading`'s section, up to the next heading of its level or above."""
+    start = page.index("\n" + heading + "\n")
+    level = heading.split(" ")[0]
+    rest = page[start + len(heading) + 2:]
+    ends = [m.start() for m in re.finditer(r"^#{1,%d} " % len(level), rest, re.M)]
+    return rest[:ends[0]] if ends else rest
+
+
+def raw_files(text, pattern):
+    """The files under docs/measurements that `text` links to, by a glob on their names."""
+    names = re.findall(r"\(measurements/([^)\s]+)\)", text)
+    return [ROOT / "docs" / "measurements" / n for n in names if glob.fnmatch.fnmatch(n, pattern)]
+
+
+def rows(text):
+    """Each table row of `text` as its list of cells, bold marks dropped."""
+    return [[c.strip().replace("**", "") for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("|") and not line.startswith("|---")]
+
+
+def span(values, fmt):
+    return (fmt % min(values)) + "-" + (fmt % max(values))
+
+
+# --- a round on per-host NICs against stock MXNet -------------------------------------------
+
+HOSTS = section(PERFORMANCE, "## A round on per-host NICs, against stock MXNet")
+
+
+def host_cells():
+    """One dict per (model, workers, servers) cell of the section's raw JSON files."""
+    files = sorted({p.with_suffix(".json") for p in raw_files(HOSTS, "comm-hosts-*.txt")})
+    assert len(files) == 4, files
+    cells = []
+    for path in files:
+        record = json.loads(path.read_text())
+        for run in record["runs"]:
+            cell = {s: r["ms"] for s, r in run["systems"].items()}
+            cell.update(model=run["model"], W=record["workers"], S=record["servers"], bound=run["fp32_bound_ms"])
+            cells.append(cell)
+    return cells
+
+
+def test_the_per_host_table_is_its_raw_files():
+    table = {(r[0], r[1]): r for r in rows(HOSTS)}
+    cells = host_cells()
+    assert len(cells) == 8
+    for c in cells:
+        row = table[(c["model"], "%d, %d" % (c["W"], c["S"]))]
+        want = ["%.1f" % c[s] for s in ("stock_fp32", "ssgd", "stock_2bit", "bitsgd", "cdsgd", "bound")] + \
+               ["%.2f" % x for x in (c["ssgd"] / c["stock_fp32"], c["bitsgd"] / c["stock_2bit"],
+                                     c["ssgd"] / c["bound"], c["stock_fp32"] / c["bound"])]
+        assert row[2:] == want, (c, row)
+
+
+def test_the_per_host_ranges_are_the_tables():
+    cells = host_cells()
+    fp32 = sorted(c["ssgd"] / c["stock_fp32"] for c in cells)
+    two_bit = [c["bitsgd"] / c["stock_2bit"] for c in cells]
+    ours = {m: [c["ssgd"] / c["bound"] for c in cells if c["model"] == m] for m in MODEL}
+    stock = {m: [c["stock_fp32"] / c["bound"] for c in cells if c["model"] == m] for m in MODEL}
+    both = [x for m in MODEL for x in ours[m] + stock[m]]
+    page = " ".join(HOSTS.split())
+    assert "takes %sx stock MXNet's round" % span(fp32[:7], "%.2f") in page
+    assert "in 7 of 8 cells, and %.2fx in the eighth" % fp32[7] in page and fp32[6] <= 1 < fp32[7]
+    assert "takes %sx MXNet's own 2-bit round" % span(two_bit, "%.2f") in page
+    assert "Ours takes %sx it on Inception-BN and %sx on ResNet-20" % (
+        span(ours["inception_bn"], "%.2f"), span(ours["resnet20"], "%.1f")) in page
+    assert "Stock fp32 takes %sx and %sx" % (span(stock["inception_bn"], "%.2f"), span(stock["resnet20"], "%.2f")) in page
+    answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
+    assert "Our fp32 round takes %sx stock fp32's time, our 2-bit round %sx MXNet's own 2-bit. Both systems take %sx" % (
+        span(fp32, "%.2f"), span(two_bit, "%.2f"), span(both, "%.1f")) in answers
+    readme = " ".join(README.split())
+    assert "our fp32 round %sx stock fp32's, our 2-bit round %sx MXNet's own 2-bit; both systems %sx the full-duplex bound" \
+        % (span(fp32, "%.2f"), span(two_bit, "%.2f"), span(both, "%.1f")) in readme
+
+
+# --- the speed check, and the shared link's round from the same run -------------------------
+
+CHECK = section(PERFORMANCE, "## The speed check before you submit")
+CHECK_NAMES = {"BIT-SGD both ways / one way": "both ways / one way", "our 2-bit / our fp32 round": "our 2-bit / our fp32"}
+
+
+def check_run():
+    """(verdict lines {(name, model, link): (median, [each])}, job times {(model, link, system): [ms]})
+    of the raw --check output the section links to."""
+    (path,) = set(raw_files(CHECK, "check-*.txt"))
+    text = path.read_text()
+    verdicts = {}
+    for name, model, link, median, each in re.findall(
+            r"^  (.+?)\s{2,}(\w+)\s+(\w+)\s+([\d.]+) \(([\d., ]+)\)  goal", text, re.M):
+        verdicts[(name, model, link)] = (median, [e.strip() for e in each.split(",")])
+    jobs = {}
+    for model, link, system, ms in re.findall(r"^\[\d+/\d+\] (\w+) (\w+) (\w+) \.\.\. ([\d.]+) ms", text, re.M):
+        jobs.setdefault((model, link, system), []).append(float(ms))
+    return verdicts, jobs
+
+
+def test_the_check_table_is_its_raw_output():
+    verdicts, _ = check_run()
+    table = {(r[0], r[1], r[2]): r for r in rows(CHECK)}
+    assert len(verdicts) == 8
+    for (name, model, link), (median, each) in verdicts.items():
+        row = table[(CHECK_NAMES[name], MODEL[model], LINK[link])]
+        assert row[3] == median and row[4] == ", ".join(each), (name, model, link, row)
+    met = sum(1 for (median, _), goal in zip(verdicts.values(), [r[5] for r in table.values()]) if "not met" not in goal)
+    assert "**%d of %d goals are met**" % (met, len(verdicts)) in CHECK
+
+
+def test_the_shared_link_round_is_the_checks_job_medians():
+    _, jobs = check_run()
+    shared = section(PERFORMANCE, "## A round on one shared link")
+    table = {(r[0], r[1]): r for r in rows(shared)}
+    for model in MODEL:
+        for link in LINK:
+            row = table[(MODEL[model], LINK[link])]
+            want = ["%.1f" % statistics.median(jobs[(model, link, s)]) for s in ("ssgd", "bitsgd", "bitsgd_2bit")]
+            assert row[2:5] == want, (model, link, row)
+
+
+# --- the device part of a compressed round ----------------------------------------------------
+
+def test_the_device_table_is_its_raw_output():
+    device = section(PERFORMANCE, "## The device part of a compressed round")
+    (path,) = set(raw_files(device, "*device*.txt"))
+    raw = path.read_text()
+    table = {r[0]: r[1] for r in rows(device)}
+    number = lambda pattern: re.search(pattern, raw).group(1)
+    assert table["host path, 16 threads (fp32 gradient to page-locked host memory, CPU quantize)"] == \
+        number(r"16 threads\):\s+([\d.]+) ms")
+    assert table["host path, 1 thread"] == number(r" 1 threads\):\s+([\d.]+) ms")
+    assert table["device part (`DeviceBucket.compress`)"] == number(r"device part \(DeviceBucket.compress\)\s+:\s+([\d.]+)")
+    assert table["host path / device part (goal >= 10)"] == number(r"host path / device part: ([\d.]+x)")
+
+
+# --- fig6: the headline accuracies --------------------------------------------------------------
+
+def test_fig6s_means_on_the_front_page_and_its_page_are_the_recorded_seeds():
+    record = json.loads((ROOT / "docs" / "reproduction" / "fig6-full-2workers" / "seeds.json").read_text())
+    means = {name.split("-")[0]: 100 * statistics.mean(r["test_accuracy"] for r in runs.values())
+             for name, runs in record["runs"].items()}
+    assert all(len(runs) == 20 for runs in record["runs"].values()) and not record["failed"]
+    said = "S-SGD %.2f%%, BIT-SGD %.2f%%, OD-SGD %.2f%%, CD-SGD %.2f%%" % tuple(
+        means[a] for a in ("ssgd", "bitsgd", "odsgd", "cdsgd"))
+    assert said in " ".join(README.split())
+    assert said in " ".join((ROOT / "docs" / "reproduction.md").read_text().split())
