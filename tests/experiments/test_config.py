@@ -119,17 +119,13 @@ def test_shipped_configs_validate():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     paths = sorted(glob.glob(os.path.join(root, "configs", "*.yaml")))
     assert paths
-    import sys
-    sys.path.insert(0, os.path.join(root, "scripts"))
-    try:
-        import reproduce
-    finally:
-        sys.path.pop(0)
-    sweeps = {os.path.join(root, e["config"]) for e in reproduce.EXPERIMENTS.values() if e["kind"] == "speed"}
+    from cdsgd_mx.experiments.figures import EXPERIMENTS
+    from cdsgd_mx.experiments.speed import load_speed_config
+    sweeps = {os.path.join(root, e["config"]) for e in EXPERIMENTS.values() if e["kind"] == "speed"}
     assert sweeps and sweeps <= set(paths)
     for path in paths:
         if path in sweeps:  # fig10's sweep: models x batches x bandwidths, read by reproduce.py
-            cfg = reproduce.load_speed_config(path, None)
+            cfg = load_speed_config(path, None)
             assert cfg["models"] and cfg["batches"] and cfg["bandwidths"]
         else:
             C.load(path)

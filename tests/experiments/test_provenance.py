@@ -8,13 +8,18 @@ import sys
 
 import pytest
 
-from cdsgd_mx.experiments import provenance
+from cdsgd_mx.experiments import provenance, runs, verify
+from cdsgd_mx.experiments.figures import ALGORITHMS, CURVE_RUNS, EXPERIMENTS
 from cdsgd_mx.experiments.progress import Progress
+from cdsgd_mx.experiments.records import run_record
+from cdsgd_mx.experiments.runs import Run, Sweep
+from cdsgd_mx.experiments.speed import summarize_case
+from cdsgd_mx.experiments.tables import provenance_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "reproduce.py")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_reproduce import _reproduce_module, fake_train  # noqa: E402
+from test_reproduce import fake_train  # noqa: E402
 
 
 def test_a_record_says_commit_command_numerics_cpu_and_versions():
@@ -47,53 +52,50 @@ def test_code_ids_tell_commits_and_changes_apart():
     assert provenance.code_id({"commit": "a" * 40, "dirty": True, "code_changed": False}) == "a" * 40
 
 
-def sweep(rp, out, seeds=(0, 1)):
-    return rp.run_curves(dict(rp.EXPERIMENTS["fig6"]), True, out, None, None, rp.CURVE_RUNS, seeds)[0]
+def sweep(state, out, seeds=(0, 1)):
+    return runs.run_curves(state, dict(EXPERIMENTS["fig6"]), True, out, None, None, CURVE_RUNS, seeds)[0]
 
 
 def test_a_sweep_never_mixes_code_versions_silently(tmp_path, monkeypatch):
     """Finished runs of another commit (or changed tree) stop the resumed sweep, naming both;
     --rerun runs them again; --allow-mixed takes them and the table says which came from which."""
-    rp = _reproduce_module()
     ran = []
-    monkeypatch.setattr(rp.subprocess, "run", fake_train(ran))
-    monkeypatch.setattr(rp, "NUMERICS", "native")
+    monkeypatch.setattr(subprocess, "run", fake_train(ran))
     out = str(tmp_path / "sweep")
     old = {"commit": "1" * 40, "dirty": False, "changes": []}
-    monkeypatch.setattr(rp, "CODE", old)
-    sweep(rp, out)
-    assert len(ran) == 8 and rp.code_versions() == {"1" * 40: 8}
-    assert "Code: every run at %s." % ("1" * 40) in "\n".join(rp.provenance_lines())
-    marker = json.load(open(os.path.join(out, "logs", "cdsgd-2workers-seed1", rp.DONE)))
+    state = Sweep(numerics="native", code=old)
+    sweep(state, out)
+    assert len(ran) == 8 and state.code_versions() == {"1" * 40: 8}
+    assert "Code: every run at %s." % ("1" * 40) in "\n".join(provenance_lines(state))
+    marker = json.load(open(os.path.join(out, "logs", "cdsgd-2workers-seed1", runs.DONE)))
     assert marker["code"] == old and marker["command"][:2] == ["python", "scripts/train.py"]
     new = {"commit": "2" * 40, "dirty": True, "changes": ["x.py"], "changes_sha256": "3" * 64}
-    monkeypatch.setattr(rp, "CODE", new)
-    rp.CODE_OF.clear()
+    state.code = new
+    state.code_of.clear()
     del ran[:]
     with pytest.raises(SystemExit, match="S-SGD, 2 workers, seed 0 .* was made by code 1{40}, and this checkout is "
                                          "2{40}\\+changes:3{12}: a sweep must not mix code versions"):
-        sweep(rp, out)
+        sweep(state, out)
     assert ran == []
-    os.remove(os.path.join(out, "logs", "odsgd-2workers-seed1", rp.DONE))  # this one runs again, at the new code
-    monkeypatch.setattr(rp, "ALLOW_MIXED", True)
-    rp.CODE_OF.clear()
-    sweep(rp, out)
+    os.remove(os.path.join(out, "logs", "odsgd-2workers-seed1", runs.DONE))  # this one runs again, at the new code
+    state.allow_mixed = True
+    state.code_of.clear()
+    sweep(state, out)
     assert ran == ["odsgd-2workers-seed1"]
-    assert rp.code_versions() == {"1" * 40: 7, "2" * 40 + "+changes:" + "3" * 12: 1}
-    text = "\n".join(rp.provenance_lines())
+    assert state.code_versions() == {"1" * 40: 7, "2" * 40 + "+changes:" + "3" * 12: 1}
+    text = "\n".join(provenance_lines(state))
     assert "Mixed code versions (--allow-mixed)" in text and "7 runs at " + "1" * 40 in text
-    monkeypatch.setattr(rp, "ALLOW_MIXED", False)
-    monkeypatch.setattr(rp, "RERUN", True)
-    rp.CODE_OF.clear()
+    state.allow_mixed = False
+    state.rerun = True
+    state.code_of.clear()
     del ran[:]
-    sweep(rp, out)
-    assert len(ran) == 8 and rp.code_versions() == {"2" * 40 + "+changes:" + "3" * 12: 8}
+    sweep(state, out)
+    assert len(ran) == 8 and state.code_versions() == {"2" * 40 + "+changes:" + "3" * 12: 8}
 
 
 def test_a_sweep_stops_when_the_code_changes_while_it_runs(tmp_path, monkeypatch):
     """Each run's code is what it loaded (its config.json's provenance): an edit or a commit
     landing mid-sweep stops it at the first run made by other code, that run kept and marked."""
-    rp = _reproduce_module()
     ran = []
     train = fake_train(ran)
 
@@ -105,20 +107,18 @@ def test_a_sweep_stops_when_the_code_changes_while_it_runs(tmp_path, monkeypatch
                 json.dump({"data": "MNIST", "provenance": {"commit": "1" * 40, "dirty": True, "code_changed": True,
                                                            "changes_sha256": "4" * 64}}, f)
         return proc
-    monkeypatch.setattr(rp.subprocess, "run", edited_after_two_runs)
-    monkeypatch.setattr(rp, "NUMERICS", "native")
-    monkeypatch.setattr(rp, "CODE", {"commit": "1" * 40, "dirty": False, "code_changed": False})
+    monkeypatch.setattr(subprocess, "run", edited_after_two_runs)
+    state = Sweep(numerics="native", code={"commit": "1" * 40, "dirty": False, "code_changed": False})
     out = str(tmp_path / "sweep")
     with pytest.raises(SystemExit, match="the code changed while the sweep ran: OD-SGD, 2 workers, seed 0 .* was made "
                                          "by 1{40}\\+changes:4{12}, and the sweep began at 1{40}"):
-        sweep(rp, out)
+        sweep(state, out)
     assert len(ran) == 3
-    marker = json.load(open(os.path.join(out, "logs", "odsgd-2workers-seed0", rp.DONE)))
+    marker = json.load(open(os.path.join(out, "logs", "odsgd-2workers-seed0", runs.DONE)))
     assert marker["code"]["changes_sha256"] == "4" * 64  # a resume names it too
 
 
 def test_a_portable_sweep_pins_every_run_and_runs_the_golden_run_beside(tmp_path, monkeypatch):
-    rp = _reproduce_module()
     ran, commands = [], []
     train = fake_train(ran, commands)
 
@@ -129,75 +129,72 @@ def test_a_portable_sweep_pins_every_run_and_runs_the_golden_run_beside(tmp_path
             with open(os.path.join(out, "metrics-rank0.jsonl"), "a") as f:
                 f.write('{"epoch": 1, "loss": 0.7, "test_accuracy": 0.94, "weights_sha256": "d0"}\n')
         return proc
-    monkeypatch.setattr(rp.subprocess, "run", with_digest)
-    exp = dict(rp.EXPERIMENTS["fig6"], quick_workers=[4])
-    rp.run_curves(exp, True, str(tmp_path / "s"), None, None, rp.CURVE_RUNS, (0,))
+    monkeypatch.setattr(subprocess, "run", with_digest)
+    exp = dict(EXPERIMENTS["fig6"], quick_workers=[4])
+    state = Sweep()
+    runs.run_curves(state, exp, True, str(tmp_path / "s"), None, None, CURVE_RUNS, (0,))
     assert ran[0] == "golden" and len(ran) == 5
-    assert rp.GOLDEN == {"loss": 0.7, "test_accuracy": 0.94, "weights_sha256": ["d0"]}
+    assert state.golden == {"loss": 0.7, "test_accuracy": 0.94, "weights_sha256": ["d0"]}
     assert all("numerics=portable" in c for c in commands)
     assert all("fp32_sum=rank" in c for c in commands[1:])  # 4 workers: sums in rank order, so runs repeat
-    assert json.load(open(str(tmp_path / "s" / "golden.json"))) == rp.GOLDEN
+    assert json.load(open(str(tmp_path / "s" / "golden.json"))) == state.golden
 
 
 def test_replot_of_a_folder_recorded_before_the_golden_run_works_and_says_what_the_runs_used(tmp_path, monkeypatch):
-    rp = _reproduce_module()
-    monkeypatch.setattr(rp.subprocess, "run", fake_train([]))
-    monkeypatch.setattr(rp, "NUMERICS", "native")
+    monkeypatch.setattr(subprocess, "run", fake_train([]))
+    state = Sweep(numerics="native")
     out = str(tmp_path / "old")
-    sweep(rp, out, seeds=(0,))
-    monkeypatch.setattr(rp, "NUMERICS", "portable")  # the default now
-    monkeypatch.setattr(rp, "REPLOT", True)
-    results = sweep(rp, out, seeds=(0,))
-    assert rp.GOLDEN is None and len(results) == 4
+    sweep(state, out, seeds=(0,))
+    state.numerics = "portable"  # the default now
+    state.replot = True
+    results = sweep(state, out, seeds=(0,))
+    assert state.golden is None and len(results) == 4
     # the fake runs recorded no numerics: the table says the option's; with records, theirs
-    assert rp.numerics_used() == "portable"
-    rp.MODE_OF.update({"a": "native", "b": "native"})
-    assert rp.numerics_used() == "native"
+    assert state.numerics_used() == "portable"
+    state.mode_of.update({"a": "native", "b": "native"})
+    assert state.numerics_used() == "native"
 
 
 def test_each_fig10_case_keeps_the_provenance_of_its_bench_job():
-    rp = _reproduce_module()
     made = provenance.record(with_mxnet=False)
     rows = [{"provenance": made}] + [{"job": a, "compute_ms": 100.0, "iter_ms": 100.0 + i, "params": 10}
-                                     for i, a in enumerate(rp.ALGORITHMS)]
+                                     for i, a in enumerate(ALGORITHMS)]
     rows.append({"phi_ms": 80.0, "psi_plus_delta_ms": 20.0, "cdsgd_comm_ms": 32.0})
-    assert rp.summarize_case("alexnet", 32, "1gbit", rows, 5)["provenance"] == made
-    assert rp.summarize_case("alexnet", 32, "1gbit", rows[1:], 5)["provenance"] is None  # logs made before it
+    assert summarize_case("alexnet", 32, "1gbit", rows, 5)["provenance"] == made
+    assert summarize_case("alexnet", 32, "1gbit", rows[1:], 5)["provenance"] is None  # logs made before it
 
 
 # ---- verify ------------------------------------------------------------------------------------
 
 def test_first_difference_names_the_metric_and_both_values():
-    rp = _reproduce_module()
     then = {"test_accuracy": 0.99, "last_epoch_loss": 0.1, "final_loss": 0.2, "weights_sha256": "aa"}
-    assert rp.first_difference(then, dict(then)) is None
-    assert rp.first_difference(then, dict(then, final_loss=0.3, weights_sha256="bb")) == \
+    assert verify.first_difference(then, dict(then)) is None
+    assert verify.first_difference(then, dict(then, final_loss=0.3, weights_sha256="bb")) == \
         "final_loss: 0.2 (recorded) vs 0.3 (now)"
-    assert rp.first_difference(then, {"failed": "FloatingPointError: x"}) == \
+    assert verify.first_difference(then, {"failed": "FloatingPointError: x"}) == \
         "outcome: finished (recorded) vs FloatingPointError: x (now)"
-    assert rp.first_difference({"failed": "a"}, {"failed": "a"}) is None
+    assert verify.first_difference({"failed": "a"}, {"failed": "a"}) is None
 
 
 def test_explain_names_commit_numerics_instruction_set_and_versions():
-    rp = _reproduce_module()
     base = provenance.record(with_mxnet=False)
-    assert rp.explain(base, base) == []
+    assert verify.explain(base, base) == []
     other = json.loads(json.dumps(base))
     other["commit"] = "f" * 40
     other["dirty"] = False
-    assert rp.explain(other, base)[0].startswith("another code version: recorded at " + "f" * 40)
+    assert verify.explain(other, base)[0].startswith("another code version: recorded at " + "f" * 40)
     native = json.loads(json.dumps(base))
     native["numerics"] = {"mode": "native", "env": dict(base["numerics"]["env"], DNNL_MAX_CPU_ISA=None)}
     here = json.loads(json.dumps(native))
     native["cpu"]["isa_flags"] = ["sse4_2", "avx", "avx2", "fma", "avx512f"]
     here["cpu"]["isa_flags"] = ["sse4_2", "avx", "avx2", "fma"]
-    assert rp.explain(native, here) == ["another CPU instruction set (native numerics follow it): sse4_2 avx avx2 fma "
-                                        "avx512f (recorded) vs sse4_2 avx avx2 fma (now)"]
+    assert verify.explain(native, here) == ["another CPU instruction set (native numerics follow it): sse4_2 avx avx2 "
+                                            "fma avx512f (recorded) vs sse4_2 avx avx2 fma (now)"]
     portable = json.loads(json.dumps(native))
     portable["numerics"] = {"mode": "portable", "env": dict(base["numerics"]["env"], DNNL_MAX_CPU_ISA="AVX2")}
-    (why,) = rp.explain(portable, here)  # pinned: the instruction set is no explanation, the settings are
+    (why,) = verify.explain(portable, here)  # pinned: the instruction set is no explanation, the settings are
     assert why.startswith("other numerics settings: portable (recorded) vs native (now); DNNL_MAX_CPU_ISA AVX2 -> None")
-    assert rp.explain({}, here) == ["the recorded run has no provenance (recorded before it was kept)"]
+    assert verify.explain({}, here) == ["the recorded run has no provenance (recorded before it was kept)"]
 
 
 def test_verify_needs_runs_or_a_sample_and_names_unknown_runs(tmp_path):
@@ -224,8 +221,7 @@ def test_verify_reruns_recorded_runs_and_tells_same_from_different(tmp_path):
     """Two real runs recorded (one process each, portable numerics: train.py starts itself again
     with the pins); verify reruns them: the untouched one is `same`; the one whose recorded
     numbers and commit were changed differs, named, and explained by the other commit."""
-    rp = _reproduce_module()
-    runs = {}
+    recorded = {}
     for alg in ("ssgd", "cdsgd"):
         out = str(tmp_path / "logs" / alg)
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config",
@@ -234,16 +230,16 @@ def test_verify_reruns_recorded_runs_and_tells_same_from_different(tmp_path):
                                "numerics=portable", "out=" + out], cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert "\r" not in proc.stdout and "epoch 1/1: 60/60 steps" in proc.stdout  # a line, not a bar
-        iters, epochs = rp.read_metrics(out)
-        runs["%s-1workers" % alg] = {"0": rp.run_record(rp.Run(0, iters, epochs, out))}
-    cd = runs["cdsgd-1workers"]["0"]
+        iters, epochs = runs.read_metrics(out)
+        recorded["%s-1workers" % alg] = {"0": run_record(Run(0, iters, epochs, out))}
+    cd = recorded["cdsgd-1workers"]["0"]
     assert cd["provenance"]["numerics"]["mode"] == "portable" and cd["provenance"]["command"][-1] == \
         "out=" + str(tmp_path / "logs" / "cdsgd")
     cd["test_accuracy"] += 0.01
     cd["provenance"]["commit"], cd["provenance"]["dirty"] = "f" * 40, False
     results = tmp_path / "results"
     results.mkdir()
-    (results / "seeds.json").write_text(json.dumps({"runs": runs, "failed": []}))
+    (results / "seeds.json").write_text(json.dumps({"runs": recorded, "failed": []}))
     proc = subprocess.run([sys.executable, SCRIPT, "verify", str(results), "--runs", "ssgd:0,cdsgd:0", "--scratch",
                            str(tmp_path / "scratch")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = proc.stdout.splitlines()
@@ -286,12 +282,12 @@ def test_progress_on_a_terminal_draws_a_bar():
 
 
 def test_a_run_resumed_across_code_versions_counts_as_other_code(tmp_path, monkeypatch):
-    rp = _reproduce_module()
-    monkeypatch.setattr(rp, "CODE", {"commit": "1" * 40, "dirty": False})
+    state = Sweep(code={"commit": "1" * 40, "dirty": False})
     out = tmp_path / "run"
     out.mkdir()
     same = {"commit": "1" * 40, "dirty": False, "numerics": {"mode": "portable"}}
     (out / "config.json").write_text(json.dumps({"provenance": dict(same, before=dict(same))}))
-    assert provenance.code_id(rp.code_that_ran(str(out))) == "1" * 40 and rp.MODE_OF[str(out)] == "portable"
+    assert provenance.code_id(runs.code_that_ran(state, str(out))) == "1" * 40
+    assert state.mode_of[str(out)] == "portable"
     (out / "config.json").write_text(json.dumps({"provenance": dict(same, before={"commit": "2" * 40, "dirty": False})}))
-    assert provenance.code_id(rp.code_that_ran(str(out))) != "1" * 40  # its epochs came from two commits
+    assert provenance.code_id(runs.code_that_ran(state, str(out))) != "1" * 40  # its epochs came from two commits

@@ -1,9 +1,15 @@
-"""scripts/reproduce.py end to end on the smallest experiment."""
+"""scripts/reproduce.py end to end on the smallest experiment, and the library behind it
+(cdsgd_mx.experiments: runs, speed, tables, verdicts, plots, records)."""
 import os
 import subprocess
 import sys
 
 import pytest
+
+from cdsgd_mx.experiments import plots, runs, speed, tables, verdicts
+from cdsgd_mx.experiments.figures import ALGORITHMS, CURVE_RUNS, EXPERIMENTS, SPEED_BOTH_WAYS
+from cdsgd_mx.experiments.records import seeds_record
+from cdsgd_mx.experiments.runs import Run, Sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "reproduce.py")
@@ -72,77 +78,64 @@ def test_fig8_without_imagenet_says_what_it_needs(tmp_path):
     assert "needs ImageNet: data_dir must hold train.rec, train.idx, val.rec and val.idx" in proc.stderr
 
 
-def _reproduce_module():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("reproduce", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_fig10_case_speedups_and_model_by_hand():
     """tau = 100, phi = 80, psi + delta = 20, k = 5: eqs. 2-7 give S-SGD 180, BIT-SGD 120,
     OD-SGD max(100, 80) = 100 and CD-SGD max(tau, comm) = 100 in every iteration."""
-    rp = _reproduce_module()
     rows = [{"job": a, "compute_ms": 100.0, "iter_ms": ms, "params": 10}
             for a, ms in (("ssgd", 200.0), ("bitsgd", 150.0), ("odsgd", 120.0), ("cdsgd", 100.0))]
     rows.append({"phi_ms": 80.0, "psi_plus_delta_ms": 20.0, "cdsgd_comm_ms": 32.0})
-    case = rp.summarize_case("alexnet", 32, "1gbit", rows, 5)
+    case = speed.summarize_case("alexnet", 32, "1gbit", rows, 5)
     assert case["predicted_ms"] == {"ssgd": 180.0, "bitsgd": 120.0, "odsgd": 100.0, "cdsgd": 100.0}
     assert case["speedup_over_bitsgd"] == {"ssgd": 150 / 200 - 1, "odsgd": 150 / 120 - 1, "cdsgd": 0.5}
-    table = rp.table_speed(rp.EXPERIMENTS["fig10"], [case], False, 4)
+    table = tables.table_speed(EXPERIMENTS["fig10"], [case], False, 4)
     assert "| alexnet | 32 | 1gbit | -25% | +25% | +50% | 150.0 |" in table
     assert "| alexnet | 32 | 1gbit | 100 | 80 | 20 | 200 / 180 | 150 / 120 | 120 / 100 | 100 / 100 |" in table
 
 
 def test_fig10_interleaved_case_gives_speedups_cycle_by_cycle():
-    rp = _reproduce_module()
     cycles = {"ssgd": [200.0, 220.0], "bitsgd": [150.0, 150.0], "odsgd": [120.0, 100.0], "cdsgd": [100.0, 120.0]}
     rows = [{"job": a, "compute_ms": 100.0, "iter_ms": sum(c) / 2, "params": 10, "cycle_iter_ms": c}
             for a, c in cycles.items()]
     rows.append({"phi_ms": 80.0, "psi_plus_delta_ms": 20.0, "cdsgd_comm_ms": 32.0})
-    case = rp.summarize_case("alexnet", 32, "1gbit", rows, 5)
+    case = speed.summarize_case("alexnet", 32, "1gbit", rows, 5)
     assert case["timing"] == "interleaved"
     assert case["per_cycle_speedup_over_bitsgd"]["cdsgd"] == [0.5, 150 / 120 - 1]
-    table = rp.table_speed(rp.EXPERIMENTS["fig10"], [case], True, 2)
+    table = tables.table_speed(EXPERIMENTS["fig10"], [case], True, 2)
     # over S-SGD: 200/100 - 1 and 220/120 - 1
     assert "| alexnet | 32 | 1gbit | +50%, +25% | +100%, +83% |" in table
     plain = [{k: v for k, v in r.items() if k != "cycle_iter_ms"} for r in rows]
-    separate = rp.summarize_case("alexnet", 32, "1gbit", plain, 5)
-    assert separate["timing"] == "separate" and "Cycle by cycle" not in rp.table_speed(
-        rp.EXPERIMENTS["fig10"], [separate], True, 2)
+    separate = speed.summarize_case("alexnet", 32, "1gbit", plain, 5)
+    assert separate["timing"] == "separate" and "Cycle by cycle" not in tables.table_speed(
+        EXPERIMENTS["fig10"], [separate], True, 2)
 
 
 def test_fig10_both_ways_cases_compare_cdsgd_with_and_without_cycle_by_cycle():
-    rp = _reproduce_module()
     cycles = {"ssgd": [200.0, 220.0], "bitsgd": [150.0, 150.0], "odsgd": [120.0, 100.0], "cdsgd": [100.0, 120.0],
               "bitsgd_2bit": [60.0, 75.0], "cdsgd_2bit": [80.0, 100.0]}
-    rows = [{"job": a, "compute_ms": 100.0 if a in rp.ALGORITHMS else 999.0, "iter_ms": sum(c) / 2, "params": 10,
+    rows = [{"job": a, "compute_ms": 100.0 if a in ALGORITHMS else 999.0, "iter_ms": sum(c) / 2, "params": 10,
              "cycle_iter_ms": c} for a, c in cycles.items()]
     rows.append({"phi_ms": 80.0, "psi_plus_delta_ms": 20.0, "cdsgd_comm_ms": 32.0})
-    case = rp.summarize_case("alexnet", 32, "1gbit", rows, 5, rp.SPEED_BOTH_WAYS)
+    case = speed.summarize_case("alexnet", 32, "1gbit", rows, 5, SPEED_BOTH_WAYS)
     assert case["tau_ms"] == 100.0  # tau from the four algorithms' jobs, as without
     assert case["predicted_ms"]["cdsgd"] == 100.0 and "cdsgd_2bit" not in case["predicted_ms"]
     assert case["speedup_over_bitsgd"]["cdsgd_2bit"] == 150 / 90 - 1
-    table = rp.table_speed(rp.EXPERIMENTS["fig10"], [case], True, 2)
+    table = tables.table_speed(EXPERIMENTS["fig10"], [case], True, 2)
     # CD-SGD 110 ms, both ways 90 ms: +22%; per cycle 100/80 - 1 and 120/100 - 1
     assert "| alexnet | 32 | 1gbit | 150.0 | 67.5 | 110.0 | 90.0 | +22% | +25%, +20% |" in table
-    one_way = rp.summarize_case("alexnet", 32, "1gbit", rows, 5)
-    assert "cdsgd_2bit" not in one_way["measured_ms"] and "both ways" not in rp.table_speed(
-        rp.EXPERIMENTS["fig10"], [one_way], True, 2)
+    one_way = speed.summarize_case("alexnet", 32, "1gbit", rows, 5)
+    assert "cdsgd_2bit" not in one_way["measured_ms"] and "both ways" not in tables.table_speed(
+        EXPERIMENTS["fig10"], [one_way], True, 2)
 
 
 def test_fig10_both_ways_needs_interleaved_timing(tmp_path):
-    rp = _reproduce_module()
     cfg = {"timing": "separate"}
     with pytest.raises(SystemExit, match="interleaved only"):
-        rp.run_speed(cfg, str(tmp_path), None, rp.SPEED_BOTH_WAYS)
+        speed.run_speed(Sweep(), cfg, str(tmp_path), None, SPEED_BOTH_WAYS)
 
 
 def test_table2_epoch_time_is_the_mean_per_epoch():
-    rp = _reproduce_module()
     iters = [{"epoch": 0, "iter_ms": 500.0}, {"epoch": 0, "iter_ms": 700.0}, {"epoch": 1, "iter_ms": 800.0}]
-    assert rp.epoch_seconds(iters) == pytest.approx(1.0)  # (1.2 s + 0.8 s) / 2 epochs
+    assert runs.epoch_seconds(iters) == pytest.approx(1.0)  # (1.2 s + 0.8 s) / 2 epochs
 
 
 @pytest.mark.parametrize("line,message", [
@@ -156,33 +149,32 @@ def test_table2_epoch_time_is_the_mean_per_epoch():
 ])
 def test_fig10_config_errors_name_the_field(tmp_path, line, message):
     import yaml
-    rp = _reproduce_module()
     cfg = yaml.safe_load(open(os.path.join(ROOT, "configs", "fig10_speedup.yaml")))
     field, value = line.split(": ", 1)
     cfg[field] = yaml.safe_load(value)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
     with pytest.raises(SystemExit) as e:
-        rp.load_speed_config(str(path), None)
+        speed.load_speed_config(str(path), None)
     assert message in str(e.value)
     del cfg[field if field != "bandwidth" else "models"]
     path.write_text(yaml.safe_dump(cfg))
     with pytest.raises(SystemExit, match="missing fields|unknown fields"):
-        rp.load_speed_config(str(path), None)
+        speed.load_speed_config(str(path), None)
 
 
 # ---- several seeds (issue 28) ---------------------------------------------------------------------
 
-def fake_run(rp, seed, accs, loss=0.5, iterations=4):
+def fake_run(seed, accs, loss=0.5, iterations=4):
     """A run's logs: `iterations` steps of one epoch each, one evaluation per epoch (accs)."""
     per_epoch = iterations // len(accs)
     iters = [{"iteration": i, "epoch": i // per_epoch, "loss": loss, "iter_ms": 10.0} for i in range(iterations)]
-    return rp.Run(seed, iters, [{"epoch": e, "test_accuracy": a} for e, a in enumerate(accs)])
+    return Run(seed, iters, [{"epoch": e, "test_accuracy": a} for e, a in enumerate(accs)])
 
 
-def fake_results(rp, accs, workers=2, epochs=1):
+def fake_results(accs, workers=2, epochs=1):
     """{(name, workers): [Run per seed]} from {name: [final accuracy per seed]}."""
-    return {(n, workers): [fake_run(rp, s, [a - 0.01 * (epochs - 1 - e) for e in range(epochs)], iterations=4 * epochs)
+    return {(n, workers): [fake_run(s, [a - 0.01 * (epochs - 1 - e) for e in range(epochs)], iterations=4 * epochs)
                            for s, a in enumerate(v)] for n, v in accs.items()}
 
 
@@ -191,8 +183,7 @@ FIG6_ACCS = {"ssgd": [0.9900, 0.9910, 0.9920], "bitsgd": [0.9950, 0.9960, 0.9990
 
 
 def test_claims_get_the_three_verdicts_from_paired_seeds():
-    rp = _reproduce_module()
-    claims = {r["claim"].split(":")[0]: r for r in rp.judge_claims(rp.EXPERIMENTS["fig6"], fake_results(rp, FIG6_ACCS))}
+    claims = {r["claim"].split(":")[0]: r for r in verdicts.judge_claims(EXPERIMENTS["fig6"], fake_results(FIG6_ACCS))}
     keep = claims["CD-SGD keeps S-SGD's accuracy (99.14% against 99.15%)"]
     # CD - S per seed: 0.05, 0.03, 0.01 pp: mean 0.03 pp, std 0.02 pp, half-width 4.302653 * 0.02 / sqrt(3) pp
     (d,) = keep["differences"]
@@ -205,72 +196,70 @@ def test_claims_get_the_three_verdicts_from_paired_seeds():
     assert below["verdict"] == "does not hold" and below["differences"][0]["mean"] == pytest.approx(-0.02 / 3)
     # OD - S: -0.5, -0.1, -1.2 pp: the interval (about -1.98 to +0.78 pp) straddles -0.1 pp
     assert claims["OD-SGD keeps S-SGD's accuracy (99.12% against 99.15%)"]["verdict"] == "cannot tell at this n"
-    lines = rp.claims_lines(list(claims.values()), quick=True)
+    lines = verdicts.claims_lines(list(claims.values()), quick=True)
     assert any(l.startswith("| CD-SGD keeps S-SGD's accuracy") and "| 2 | +0.03 [-0.02, +0.08] | 3 | **holds** |" in l
                for l in lines)
     # one seed: no interval, so no verdict either way
-    one = rp.judge_claims(rp.EXPERIMENTS["fig6"], fake_results(rp, {n: v[:1] for n, v in FIG6_ACCS.items()}))
+    one = verdicts.judge_claims(EXPERIMENTS["fig6"], fake_results({n: v[:1] for n, v in FIG6_ACCS.items()}))
     assert {r["verdict"] for r in one} == {"cannot tell at this n"}
     # fig8 --quick on synthetic data evaluates nothing: no verdict, and the table says so
-    blind = {(n, 2): [rp.Run(s, run.iters, [{"epoch": 0, "test_accuracy": None}]) for s, run in enumerate(runs)]
-             for (n, _), runs in fake_results(rp, FIG6_ACCS).items()}
-    rows = rp.judge_claims(rp.EXPERIMENTS["fig8"], blind)
+    blind = {(n, 2): [Run(s, run.iters, [{"epoch": 0, "test_accuracy": None}]) for s, run in enumerate(runs)]
+             for (n, _), runs in fake_results(FIG6_ACCS).items()}
+    rows = verdicts.judge_claims(EXPERIMENTS["fig8"], blind)
     assert [r["verdict"] for r in rows] == ["no test accuracy in these runs"] * 2
-    assert "| CD-SGD | 2 | - | 0 | - | - |" in rp.table_curves_seeds("fig8", rp.EXPERIMENTS["fig8"], blind, True,
-                                                                       "synthetic", "", rp.ALGORITHMS, rows)
+    assert "| CD-SGD | 2 | - | 0 | - | - |" in tables.table_curves_seeds(Sweep(), "fig8", EXPERIMENTS["fig8"], blind,
+                                                                           True, "synthetic", "", ALGORITHMS, rows)
 
 
 def test_best_k_holds_only_against_every_other_k():
-    rp = _reproduce_module()
     accs = {"ssgd": [0.70, 0.71, 0.72], "bitsgd": [0.60, 0.61, 0.62], "k2": [0.80, 0.81, 0.83],
             "k5": [0.70, 0.70, 0.71], "k10": [0.65, 0.66, 0.64], "k20": [0.605, 0.612, 0.621]}
-    rows = {r["claim"].split(":")[0]: r for r in rp.judge_claims(rp.EXPERIMENTS["fig9"], fake_results(rp, accs))}
+    rows = {r["claim"].split(":")[0]: r for r in verdicts.judge_claims(EXPERIMENTS["fig9"], fake_results(accs))}
     best = rows["k = 2 is the best k"]
     assert best["verdict"] == "holds" and [d["b"] for d in best["differences"]] == ["k5", "k10", "k20"]
     assert rows["k = 20 is about BIT-SGD (89.68% against 88.81%)"]["verdict"] == "holds"  # within 1 pp
     assert rows["k = 5 is close to S-SGD"]["verdict"] == "cannot tell at this n"  # 0, -1, -1 pp: past -1 pp
     accs["k10"] = [0.85, 0.86, 0.87]  # k = 10 beats k = 2 in every seed
-    rows = {r["claim"].split(":")[0]: r for r in rp.judge_claims(rp.EXPERIMENTS["fig9"], fake_results(rp, accs))}
+    rows = {r["claim"].split(":")[0]: r for r in verdicts.judge_claims(EXPERIMENTS["fig9"], fake_results(accs))}
     assert rows["k = 2 is the best k"]["verdict"] == "does not hold"
 
 
 def test_seed_tables_give_mean_std_n_and_each_seed():
-    rp = _reproduce_module()
-    exp = rp.EXPERIMENTS["fig6"]
-    results = fake_results(rp, FIG6_ACCS)
-    table = rp.table_curves_seeds("fig6", exp, results, True, "MNIST", "", rp.ALGORITHMS, rp.judge_claims(exp, results))
+    exp = EXPERIMENTS["fig6"]
+    results = fake_results(FIG6_ACCS)
+    table = tables.table_curves_seeds(Sweep(), "fig6", exp, results, True, "MNIST", "", ALGORITHMS,
+                                      verdicts.judge_claims(exp, results))
     # CD-SGD: 99.05, 99.13, 99.21: mean 99.13, std 0.08
     assert "| CD-SGD | 2 | 99.13 ± 0.08 | 3 | 99.05 - 99.21 | 99.14% | 0.5000 | 10.0 |" in table
     assert "| CD-SGD | 2 | 99.05 | 99.13 | 99.21 |" in table  # per seed
     assert "95% interval from Student's t" in table and "**does not hold**" in table
     accs = {"ssgd": [0.70, 0.72], "bitsgd": [0.60, 0.62], "k2": [0.80, 0.81], "k5": [0.70, 0.70],
             "k10": [0.65, 0.66], "k20": [0.61, 0.62]}
-    results = fake_results(rp, accs, epochs=2)
-    table = rp.table_ksweep_seeds(rp.EXPERIMENTS["fig9"], results, True, "Fashion-MNIST", "",
-                                  rp.judge_claims(rp.EXPERIMENTS["fig9"], results))
+    results = fake_results(accs, epochs=2)
+    table = tables.table_ksweep_seeds(Sweep(), EXPERIMENTS["fig9"], results, True, "Fashion-MNIST", "",
+                                      verdicts.judge_claims(EXPERIMENTS["fig9"], results))
     assert "| 2 | 71.00 ± 1.41 (2) | 61.00 ± 1.41 (2) | 80.50 ± 0.71 (2) |" in table
     # each epoch: 4 steps of 10 ms; the paper's 2-worker seconds beside
     assert "| 2 | 0.04 ± 0.00 (4.32) | 0.04 ± 0.00 (3.61) |" in table
 
 
 def test_band_plot_has_a_band_per_algorithm(tmp_path, monkeypatch):
-    rp = _reproduce_module()
     figures = []
-    save = rp.save_figure
+    save = plots.save_figure
 
     def keep(plt, fig, out_dir, name):
         figures.append(fig)
         return save(plt, fig, out_dir, name)
-    monkeypatch.setattr(rp, "save_figure", keep)
-    (path,) = rp.plot_curves("fig6", rp.EXPERIMENTS["fig6"], fake_results(rp, FIG6_ACCS, epochs=3), str(tmp_path),
-                             rp.ALGORITHMS)
+    monkeypatch.setattr(plots, "save_figure", keep)
+    (path,) = plots.plot_curves("fig6", EXPERIMENTS["fig6"], fake_results(FIG6_ACCS, epochs=3), str(tmp_path),
+                                ALGORITHMS)
     assert os.path.getsize(path) > 10000
     loss, acc = figures[0].axes
     assert len(loss.collections) == len(acc.collections) == 4  # fill_between: one band per algorithm
     assert loss.get_legend_handles_labels()[1] == ["S-SGD (n=3)", "BIT-SGD (n=3)", "OD-SGD (n=3)", "CD-SGD (n=3)"]
     assert "mean of 3 seeds, band: min to max" in loss.get_title()
-    (path,) = rp.plot_ksweep(rp.EXPERIMENTS["fig9"], fake_results(rp, {"k2": [0.8, 0.9], "ssgd": [0.7, 0.8]}, epochs=2),
-                             str(tmp_path))
+    (path,) = plots.plot_ksweep(EXPERIMENTS["fig9"], fake_results({"k2": [0.8, 0.9], "ssgd": [0.7, 0.8]}, epochs=2),
+                                str(tmp_path))
     assert os.path.getsize(path) > 10000 and len(figures[1].axes[0].collections) == 2
 
 
@@ -301,44 +290,40 @@ def fake_train(ran, commands=None):
 def test_a_stopped_sweep_resumes_with_the_finished_runs(tmp_path, monkeypatch):
     """Finished runs (with the same settings) are read back, not run again; a run without its
     finished mark, or with other settings, runs again; --rerun runs everything."""
-    rp = _reproduce_module()
     ran = []
-    monkeypatch.setattr(rp.subprocess, "run", fake_train(ran))
-    monkeypatch.setattr(rp, "NUMERICS", "native")  # no golden run beside (test_portable_sweep_... below)
+    monkeypatch.setattr(subprocess, "run", fake_train(ran))
+    state = Sweep(numerics="native")  # no golden run beside (test_portable_sweep_... below)
     out = str(tmp_path / "sweep")
 
     def sweep(iterations=None):
         del ran[:]
-        results, data, _ = rp.run_curves(dict(rp.EXPERIMENTS["fig6"]), True, out, iterations, None, rp.CURVE_RUNS,
-                                         (0, 1))
+        results, data, _ = runs.run_curves(state, dict(EXPERIMENTS["fig6"]), True, out, iterations, None, CURVE_RUNS,
+                                           (0, 1))
         return results
     first = sweep()
-    assert sorted(ran) == sorted("%s-2workers-seed%d" % (a, s) for a in rp.ALGORITHMS for s in (0, 1))
+    assert sorted(ran) == sorted("%s-2workers-seed%d" % (a, s) for a in ALGORITHMS for s in (0, 1))
     assert [r.epochs[-1]["test_accuracy"] for r in first[("cdsgd", 2)]] == [0.5, 0.51]
     assert sweep() == first and ran == []
-    os.remove(os.path.join(out, "logs", "odsgd-2workers-seed1", rp.DONE))  # stopped before it finished
+    os.remove(os.path.join(out, "logs", "odsgd-2workers-seed1", runs.DONE))  # stopped before it finished
     assert sweep() == first and ran == ["odsgd-2workers-seed1"]
     sweep(iterations=70)  # other settings: every run again
     assert len(ran) == 8
-    monkeypatch.setattr(rp, "RERUN", True)
+    state.rerun = True
     sweep(iterations=70)
     assert len(ran) == 8
 
 
 def test_fig8_quick_without_imagenet_runs_on_synthetic_data_with_seeds(tmp_path, monkeypatch):
     """The synthetic fallback needs the quick overrides (no epochs) before the data check."""
-    rp = _reproduce_module()
     commands = []
-    monkeypatch.setattr(rp.subprocess, "run", fake_train([], commands))
-    monkeypatch.setattr(rp, "NUMERICS", "native")
-    results, _, note = rp.run_curves(dict(rp.EXPERIMENTS["fig8"]), True, str(tmp_path / "fig8"), None,
-                                     str(tmp_path), rp.CURVE_RUNS, (0, 1))
+    monkeypatch.setattr(subprocess, "run", fake_train([], commands))
+    results, _, note = runs.run_curves(Sweep(numerics="native"), dict(EXPERIMENTS["fig8"]), True,
+                                       str(tmp_path / "fig8"), None, str(tmp_path), CURVE_RUNS, (0, 1))
     assert len(commands) == 8 and all("dataset=synthetic" in c and "epochs=null" in c for c in commands)
     assert "synthetic" in note and sorted(len(r) for r in results.values()) == [2, 2, 2, 2]
 
 
 def test_a_seed_that_diverges_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
-    rp = _reproduce_module()
     ran = []
     train = fake_train(ran)
 
@@ -348,35 +333,34 @@ def test_a_seed_that_diverges_is_recorded_and_the_sweep_goes_on(tmp_path, monkey
             return subprocess.CompletedProcess(cmd, 1, "worker 1 | FloatingPointError: non-finite gradient in "
                                                        "parameter conv0_weight at step 5864 (6 values)\n", "")
         return train(cmd, **kwargs)
-    monkeypatch.setattr(rp.subprocess, "run", diverging)
-    monkeypatch.setattr(rp, "FAILED", {})
-    monkeypatch.setattr(rp, "NUMERICS", "native")
+    monkeypatch.setattr(subprocess, "run", diverging)
+    state = Sweep(numerics="native")
     out = str(tmp_path / "sweep")
-    exp = dict(rp.EXPERIMENTS["fig6"])
-    results, _, _ = rp.run_curves(exp, True, out, None, None, rp.CURVE_RUNS, (0, 1, 2))
+    exp = dict(EXPERIMENTS["fig6"])
+    results, _, _ = runs.run_curves(state, exp, True, out, None, None, CURVE_RUNS, (0, 1, 2))
     assert len(ran) == 12 and [r.seed for r in results[("cdsgd", 2)]] == [0, 2]
     why = "FloatingPointError: non-finite gradient in parameter conv0_weight at step 5864 (6 values)"
-    assert rp.FAILED == {("cdsgd", 2, 1): why}
-    lines = rp.per_seed_lines(results, rp.ALGORITHMS)
+    assert state.failed == {("cdsgd", 2, 1): why}
+    lines = verdicts.per_seed_lines(results, ALGORITHMS, state.failed)
     assert "| CD-SGD | 2 | 50.00 | failed | 52.00 |" in lines and "- CD-SGD, 2 workers, seed 1: " + why in lines
     # 1 of 3 failed: 33.3%, exact 95% interval 0.8% - 90.6%; 0 of 3: up to 70.8% (1 - 0.025^(1/3))
     assert "- CD-SGD, 2 workers: 1 of 3 seeds, 33.3% [0.8%, 90.6%]" in lines
     assert "- S-SGD, 2 workers: 0 of 3 seeds, 0.0% [0.0%, 70.8%]" in lines
-    rates = rp.seeds_record("fig6", True, "MNIST", results, [])["failure_rates"]
+    rates = seeds_record(state, "fig6", True, "MNIST", results, [])["failure_rates"]
     assert {(r["run"], r["failed"], r["n"]) for r in rates} == {("ssgd", 0, 3), ("bitsgd", 0, 3), ("odsgd", 0, 3),
                                                                 ("cdsgd", 1, 3)}
-    (keep,) = [r for r in rp.judge_claims(exp, results) if r["claim"].startswith("CD-SGD keeps S-SGD's")]
+    (keep,) = [r for r in verdicts.judge_claims(exp, results) if r["claim"].startswith("CD-SGD keeps S-SGD's")]
     assert keep["differences"][0]["n"] == 2  # the seeds where both finished
-    (failed,) = rp.seeds_record("fig6", True, "MNIST", results, [])["failed"]
+    (failed,) = seeds_record(state, "fig6", True, "MNIST", results, [])["failed"]
     how = failed.pop("provenance")  # how to run it again: the code and the exact command
     assert failed == {"run": "cdsgd", "workers": 2, "seed": 1, "why": why}
-    assert how["code"] == rp.this_code() and how["command"][:2] == ["python", "scripts/train.py"]
+    assert how["code"] == state.this_code() and how["command"][:2] == ["python", "scripts/train.py"]
     assert "seed=1" in how["command"] and "algorithm=cdsgd" in how["command"]
     # resumed: the failure is read back, not run again
     del ran[:]
-    monkeypatch.setattr(rp, "FAILED", {})
-    rp.run_curves(exp, True, out, None, None, rp.CURVE_RUNS, (0, 1, 2))
-    assert ran == [] and rp.FAILED == {("cdsgd", 2, 1): why}
+    state.failed = {}
+    runs.run_curves(state, exp, True, out, None, None, CURVE_RUNS, (0, 1, 2))
+    assert ran == [] and state.failed == {("cdsgd", 2, 1): why}
 
 
 @pytest.mark.parametrize("args,message", [
@@ -391,37 +375,35 @@ def test_bad_seeds_are_one_line(tmp_path, args, message):
 
 
 def test_seeds_come_from_the_option_else_the_config(tmp_path):
-    rp = _reproduce_module()
     config = tmp_path / "fig6.yaml"
     base = open(os.path.join(ROOT, "configs", "fig6_lenet_mnist.yaml")).read()
     config.write_text(base.replace("seed: 0", "seed: 10\nseeds: 3"))
-    exp = dict(rp.EXPERIMENTS["fig6"], config=str(config))  # an absolute path stays itself under ROOT
-    assert rp.seed_list(exp, None) == (10, 11, 12)
-    assert rp.seed_list(exp, 2) == (10, 11)
-    assert rp.seed_list(rp.EXPERIMENTS["fig6"], None) == (None,)  # no seeds: one run, folders as before
-    assert rp.seed_list(rp.EXPERIMENTS["fig6"], 1) == (0,)
+    exp = dict(EXPERIMENTS["fig6"], config=str(config))  # an absolute path stays itself under ROOT
+    assert runs.seed_list(exp, None) == (10, 11, 12)
+    assert runs.seed_list(exp, 2) == (10, 11)
+    assert runs.seed_list(EXPERIMENTS["fig6"], None) == (None,)  # no seeds: one run, folders as before
+    assert runs.seed_list(EXPERIMENTS["fig6"], 1) == (0,)
     config.write_text(base.replace("seed: 0", "seeds: 0"))
     with pytest.raises(SystemExit, match="seeds must be an integer >= 1, got 0"):
-        rp.seed_list(exp, None)
+        runs.seed_list(exp, None)
 
 
 def test_table2_names_the_network_its_runs_had(tmp_path):
     """Table 2's network line comes from each run's config.json (issue 48): emulated hosts with
     their NIC, the shared loopback shaped or not (and runs made before the field: shared)."""
     import json
-    rp = _reproduce_module()
 
     def run_in(name, **config):
         folder = tmp_path / name
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps(dict({"workers": 2, "servers": 1}, **config)))
-        return rp.Run(0, [], [], str(folder))
+        return Run(0, [], [], str(folder))
 
     hosts = {("ssgd", 2): [run_in("a", network="hosts", bandwidth="1gbit")]}
-    assert rp.train_network(hosts) == \
+    assert tables.train_network(hosts) == \
         "Network: 3 emulated hosts (2 workers + 1 servers), a 1gbit NIC each way per host."
     older = {("ssgd", 2): [run_in("b", bandwidth=None)], ("bitsgd", 2): [run_in("c", network="shared",
                                                                                  bandwidth="100mbit")]}
-    assert rp.train_network(older) == "Network: every node on one loopback shaped to 100mbit, shared by all " \
+    assert tables.train_network(older) == "Network: every node on one loopback shaped to 100mbit, shared by all " \
                                       "nodes and both directions; every node on one loopback, unshaped."
-    assert rp.train_network({("ssgd", 2): [rp.Run(0, [], [], None)]}) == "Network: unknown (no config.json)."
+    assert tables.train_network({("ssgd", 2): [Run(0, [], [], None)]}) == "Network: unknown (no config.json)."
