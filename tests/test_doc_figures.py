@@ -161,3 +161,18 @@ def test_fig6s_means_on_the_front_page_and_its_page_are_the_recorded_seeds():
         means[a] for a in ("ssgd", "bitsgd", "odsgd", "cdsgd"))
     assert said in " ".join(README.split())
     assert said in " ".join((ROOT / "docs" / "reproduction.md").read_text().split())
+
+
+def test_fig6s_table_is_its_recorded_seeds():
+    """Each algorithm's mean ± std and range at 2 and 4 workers on the reproduction page."""
+    page = (ROOT / "docs" / "reproduction.md").read_text()
+    table = {r[0]: r for r in rows(section(page, "## Fig. 6: LeNet-5 on MNIST"))}
+    labels = {"ssgd": "S-SGD", "bitsgd": "BIT-SGD", "odsgd": "OD-SGD", "cdsgd": "CD-SGD"}
+    for workers, cols in ((2, (1, 2)), (4, (4, 5))):
+        record = json.loads((ROOT / "docs" / "reproduction" / ("fig6-full-%dworkers" % workers) / "seeds.json")
+                            .read_text())
+        for name, runs in record["runs"].items():
+            acc = [100 * r["test_accuracy"] for r in runs.values()]
+            row = table[labels[name.split("-")[0]]]
+            assert row[cols[0]] == "%.2f ± %.2f" % (statistics.mean(acc), statistics.stdev(acc)), (name, row)
+            assert row[cols[1]] == "%.2f - %.2f" % (min(acc), max(acc)), (name, row)
