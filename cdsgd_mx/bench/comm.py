@@ -3,7 +3,7 @@
     python -m cdsgd_mx.bench.comm [--bandwidth 1gbit,10gbit,none] [--models inception_bn,resnet20,alexnet]
         [--network hosts|shared|shared,hosts] [--workers 2] [--servers 1] [--rounds 30]
         [--systems stock_fp32,stock_2bit,ssgd,bitsgd,cdsgd,bitsgd_2bit,cdsgd_2bit]
-        [--bucket-size N] [--timeout SEC] [--json PATH] [--trace DIR]
+        [--repeats N] [--bucket-size N] [--timeout SEC] [--json PATH] [--trace DIR]
 
 Tells whether compression pays on a link. For each model and link, each system runs as its own
 job under the launcher. Two network models (--network; default hosts where this machine can
@@ -78,6 +78,19 @@ from cdsgd_mx.bench.comm_systems import EXTRA_SYSTEMS, SYSTEMS, model_info
 from cdsgd_mx.bench.comm_worker import worker
 
 
+def median_job(done):
+    """The result of one system's --repeats jobs: the job with the median time (the lower middle
+    one of an even count), with every job's time in "jobs_ms"; a failed job fails the system."""
+    failed = [r for r in done if "ms" not in r]
+    if failed:
+        return failed[0]
+    ordered = sorted(done, key=lambda r: r["ms"])
+    result = dict(ordered[(len(ordered) - 1) // 2])
+    if len(done) > 1:
+        result["jobs_ms"] = [r["ms"] for r in done]
+    return result
+
+
 def leader(args):
     """The run without --worker or --check: every system's job on every model and link, then the
     table, the notes, and --json's file."""
@@ -102,13 +115,17 @@ def leader(args):
         if skip[l]:
             for m in args.models:
                 results[(m, l)] = {"skipped": skip[l]}
-    for n, (model, link, system) in enumerate(jobs, 1):
-        print("[%d/%d] %s %s %s ..." % (n, len(jobs), model, link, system), end=" ", flush=True)
-        t0 = time.time()
-        r = run_job(args, model, link, system)
-        results.setdefault((model, link), {})[system] = r
-        print(("%.1f ms" % r["ms"]) if "ms" in r else "failed: " + r["error"],
-              "(job %.0f s)" % (time.time() - t0), flush=True)
+    runs = {}
+    for rep in range(args.repeats):  # the repeats in turn, so that drift on the machine hits every system alike
+        for n, (model, link, system) in enumerate(jobs, 1 + rep * len(jobs)):
+            print("[%d/%d] %s %s %s ..." % (n, len(jobs) * args.repeats, model, link, system), end=" ", flush=True)
+            t0 = time.time()
+            r = run_job(args, model, link, system)
+            runs.setdefault((model, link, system), []).append(r)
+            print(("%.1f ms" % r["ms"]) if "ms" in r else "failed: " + r["error"],
+                  "(job %.0f s)" % (time.time() - t0), flush=True)
+    for (model, link, system), done in runs.items():
+        results.setdefault((model, link), {})[system] = median_job(done)
     print_table(args, infos, results)
     print_spans(args, results)
     print_proof_costs(args, results)
@@ -129,6 +146,9 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="jobs per system, in turn; the table shows the median job, the notes every job's time "
+                         "(default %(default)s)")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--bucket-size", type=int, default=None, help="bucket_size of cdsgd_mx.Trainer (default: its own)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per job before it is killed")
@@ -181,7 +201,7 @@ def main(argv=None):
         fail("--network: unknown %r (allowed: shared, hosts)" % ",".join(bad))
     # each link on each network, as labels: '1gbit' (shared), '1gbit/hosts'
     args.bandwidth = [link if net == "shared" else link + "/hosts" for net in networks for link in args.bandwidth]
-    for opt in ("workers", "servers", "rounds", "bucket_size", "timeout"):
+    for opt in ("workers", "servers", "rounds", "repeats", "bucket_size", "timeout"):
         value = getattr(args, opt)
         if value is not None and value < 1:
             fail("--%s must be >= 1, got %r" % (opt.replace("_", "-"), value))

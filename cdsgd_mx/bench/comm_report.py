@@ -44,6 +44,10 @@ def print_table(args, infos, results):
             cells += ["%.2f" % (ms[a] / ms[b]) if ms.get(a) and ms.get(b) else "-" for a, b in RATIOS
                       if a in systems and b in systems]
             rows.append(cells)
+            spread = ["%s %s" % (s, "/".join("%.1f" % ms for ms in res[s]["jobs_ms"])) for s in SYSTEMS
+                      if s in res and res[s].get("jobs_ms")]
+            if spread:
+                notes.append("%s %s each job (the table: the median job): %s" % (model, link, ", ".join(spread)))
             sent = ["%s %.3f MB" % (s, res[s]["bytes_per_round"] / 1e6) for s in OURS
                     if s in res and res[s].get("bytes_per_round") is not None]
             if sent:
@@ -106,7 +110,8 @@ def print_spans(args, results):
 def write_json(args, infos, results, made):
     """Every number of the run to --json's file: each model and link with its bounds and each
     system's result, and the leader's provenance."""
-    out = {"workers": args.workers, "servers": args.servers, "rounds": args.rounds, "grads": args.grads,
+    out = {"workers": args.workers, "servers": args.servers, "rounds": args.rounds,
+           "repeats": getattr(args, "repeats", 1), "grads": args.grads,
            "bucket_size": args.bucket_size, "models": infos, "runs": []}
     for (model, link), res in results.items():
         fp32, bit2, both = bounds(infos[model], link, args.workers, args.servers)

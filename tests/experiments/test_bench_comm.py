@@ -235,3 +235,30 @@ def test_the_network_is_a_clusters_where_hosts_can_be_emulated(monkeypatch, caps
     assert "note: no emulated hosts here (needs root): the shared loopback instead" in capsys.readouterr().out
     assert comm.main(["--models", "lenet5", "--bandwidth", "1gbit", "--network", "shared"]) == 0
     assert seen.pop() == ["1gbit"]
+
+
+def test_repeats_run_each_systems_jobs_in_turn_and_show_the_median_job(monkeypatch, capsys, tmp_path):
+    """--repeats N: every system's job N times, the repeats in turn; the table shows the median
+    job, the notes each job's time, the JSON every job's; a failed job fails its system."""
+    from cdsgd_mx.bench import comm
+    times = {"ssgd": [30.0, 10.0, 20.0], "bitsgd": [5.0, 7.0, 6.0]}
+    calls = []
+
+    def job(args, model, link, system):
+        calls.append(system)
+        return {"ms": times[system][calls.count(system) - 1], "workers": [], "bytes_per_round": None}
+    monkeypatch.setattr(comm, "run_job", job)
+    monkeypatch.setattr(comm, "model_info", lambda m: {"arrays": 1, "values": 10, "trained_arrays": 1,
+                                                       "trained_values": 10})
+    out = tmp_path / "r.json"
+    assert comm.main(["--models", "lenet5", "--bandwidth", "none", "--network", "shared", "--systems", "ssgd,bitsgd",
+                      "--repeats", "3", "--json", str(out)]) == 0
+    assert calls == ["ssgd", "bitsgd"] * 3
+    text = capsys.readouterr().out
+    assert "[6/6] lenet5 none bitsgd" in text
+    assert "lenet5 none each job (the table: the median job): ssgd 30.0/10.0/20.0, bitsgd 5.0/7.0/6.0" in text
+    systems = json.loads(out.read_text())["runs"][0]["systems"]
+    assert (systems["ssgd"]["ms"], systems["bitsgd"]["ms"]) == (20.0, 6.0)
+    assert systems["ssgd"]["jobs_ms"] == [30.0, 10.0, 20.0]
+    assert comm.median_job([{"ms": 4.0}, {"error": "boom"}]) == {"error": "boom"}
+    assert comm.median_job([{"ms": 4.0}, {"ms": 2.0}])["ms"] == 2.0  # the lower middle of an even count
