@@ -54,6 +54,10 @@ struct SgdHyper { float momentum, rescale, clip; };  // clip < 0: none
 int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t stride, float* weight,
                    float* mom, int64_t n, float threshold, const SgdRun* runs, int64_t nruns, const SgdHyper& h,
                    int threads);
+// The same SGD step from an fp32 gradient (the server's fp32 rounds): weight[0, n) and mom take
+// MXNet's sgd_mom_update / sgd_update from grad, run by run; values outside every run are left.
+void sgd(const float* grad, float* weight, float* mom, int64_t n, const SgdRun* runs, int64_t nruns,
+         const SgdHyper& h, int threads);
 
 // 2-bit pulls (pull_compression.py): V, the weights every worker holds, follows W by the codes
 // of W - V. A bucket's pieces are sorted, disjoint ranges [begin, end) of its values, each with

@@ -382,6 +382,17 @@ int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t s
   return 0;
 }
 
+void sgd(const float* grad, float* weight, float* mom, int64_t n, const SgdRun* runs, int64_t nruns,
+         const SgdHyper& h, int threads) {
+  parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {
+    int64_t k = std::upper_bound(runs, runs + nruns, b, [](int64_t v, const SgdRun& r) { return v < r.end; }) - runs;
+    for (; k < nruns && runs[k].begin < e; ++k) {
+      const int64_t lo = std::max(b, runs[k].begin), hi = std::min(e, runs[k].end);
+      if (lo < hi) sgd_range(grad + lo, weight + lo, mom == nullptr ? nullptr : mom + lo, hi - lo, h, runs[k].lr, runs[k].wd);
+    }
+  });
+}
+
 namespace {
 
 // Calls fn(lo, hi, scale) over [c0, c1) in order: each piece's part, and scale 0 for a part

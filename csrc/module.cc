@@ -261,6 +261,21 @@ int64_t decode_sum(py::handle wire, int64_t rows, py::handle out, float threshol
   return cdsgd::decode_sum(wp, rows, words, stride, op, o.size, threshold, threads);
 }
 
+// Sorted, disjoint runs inside [0, n), as the native SGD step takes them.
+std::vector<cdsgd::SgdRun> sgd_runs(const std::vector<std::tuple<int64_t, int64_t, float, float>>& runs, int64_t n) {
+  std::vector<cdsgd::SgdRun> rs;
+  int64_t last = 0;
+  for (const auto& r : runs) {
+    const int64_t b = std::get<0>(r), e = std::get<1>(r);
+    if (b < last || e < b || e > n)
+      throw py::value_error("runs must be sorted, disjoint ranges inside [0, n = " + std::to_string(n) + "), got [" +
+                            std::to_string(b) + ", " + std::to_string(e) + ")");
+    rs.push_back({b, e, std::get<2>(r), std::get<3>(r)});
+    last = e;
+  }
+  return rs;
+}
+
 int64_t decode_sgd(py::handle wire, int64_t rows, int64_t stride, py::handle weight, py::handle mom, int64_t n,
                    float threshold, const std::vector<std::tuple<int64_t, int64_t, float, float>>& runs,
                    float momentum, float rescale, float clip, int threads) {
@@ -286,16 +301,7 @@ int64_t decode_sgd(py::handle wire, int64_t rows, int64_t stride, py::handle wei
   }
   if (w.gpu || wt.gpu || (has_mom && m.gpu))
     throw py::value_error("decode_sgd runs on the CPU (the server's side); got GPU arrays");
-  std::vector<cdsgd::SgdRun> rs;
-  int64_t last = 0;
-  for (const auto& r : runs) {
-    const int64_t b = std::get<0>(r), e = std::get<1>(r);
-    if (b < last || e < b || e > n)
-      throw py::value_error("runs must be sorted, disjoint ranges inside [0, n = " + std::to_string(n) + "), got [" +
-                            std::to_string(b) + ", " + std::to_string(e) + ")");
-    rs.push_back({b, e, std::get<2>(r), std::get<3>(r)});
-    last = e;
-  }
+  const std::vector<cdsgd::SgdRun> rs = sgd_runs(runs, n);
   const cdsgd::SgdHyper h{momentum, rescale, clip};
   auto* wp = static_cast<const uint32_t*>(w.data);
   auto* wtp = static_cast<float*>(wt.data);
@@ -303,6 +309,33 @@ int64_t decode_sgd(py::handle wire, int64_t rows, int64_t stride, py::handle wei
   py::gil_scoped_release nogil;
   return cdsgd::decode_sgd(wp, rows, words, stride, wtp, mp, n, threshold, rs.data(),
                            static_cast<int64_t>(rs.size()), h, threads);
+}
+
+void sgd(py::handle grad, py::handle weight, py::handle mom,
+         const std::vector<std::tuple<int64_t, int64_t, float, float>>& runs, float momentum, float rescale,
+         float clip, int threads) {
+  View g = view("grad", kFloat32, grad, false), wt = view("weight", kFloat32, weight, true);
+  View m;
+  const bool has_mom = !mom.is_none();
+  if (has_mom) m = view("mom", kFloat32, mom, true);
+  check_size("grad", g, wt.size, "weight.size");
+  if (has_mom && m.size < wt.size)  // a bucket's momentum may run on over its proof region
+    throw py::value_error("mom has " + std::to_string(m.size) + " elements, fewer than weight.size = " +
+                          std::to_string(wt.size));
+  check_no_overlap("grad", g, g.size * 4, "weight", wt, wt.size * 4);
+  if (has_mom) {
+    check_no_overlap("grad", g, g.size * 4, "mom", m, wt.size * 4);
+    check_no_overlap("weight", wt, wt.size * 4, "mom", m, wt.size * 4);
+  }
+  if (g.gpu || wt.gpu || (has_mom && m.gpu))
+    throw py::value_error("sgd runs on the CPU (the server's side); got GPU arrays");
+  const std::vector<cdsgd::SgdRun> rs = sgd_runs(runs, wt.size);
+  const cdsgd::SgdHyper h{momentum, rescale, clip};
+  auto* gp = static_cast<const float*>(g.data);
+  auto* wp = static_cast<float*>(wt.data);
+  auto* mp = has_mom ? static_cast<float*>(m.data) : nullptr;
+  py::gil_scoped_release nogil;
+  cdsgd::sgd(gp, wp, mp, wt.size, rs.data(), static_cast<int64_t>(rs.size()), h, threads);
 }
 
 // A 2-bit pull's step for a piece is finite and > 0 (the server's floor is 1 where W - V is 0).
@@ -646,6 +679,8 @@ PYBIND11_MODULE(_native, m) {
         py::arg("threads") = 0, py::arg("stride") = 0);
   m.def("decode_sgd", &decode_sgd, py::arg("wire"), py::arg("rows"), py::arg("stride"), py::arg("weight"),
         py::arg("mom"), py::arg("n"), py::arg("threshold"), py::arg("runs"), py::arg("momentum"),
+        py::arg("rescale"), py::arg("clip"), py::arg("threads") = 0);
+  m.def("sgd", &sgd, py::arg("grad"), py::arg("weight"), py::arg("mom"), py::arg("runs"), py::arg("momentum"),
         py::arg("rescale"), py::arg("clip"), py::arg("threads") = 0);
   m.def("pull_scales", &pull_scales, py::arg("w"), py::arg("v"), py::arg("pieces"));
   m.def("pull_encode", &pull_encode, py::arg("w"), py::arg("v"), py::arg("pieces"), py::arg("wire"),

@@ -152,6 +152,13 @@ class GlobalUpdate:
             self._skipped(wk, weight.size)
             return
         runs = self._sgd_runs(wk, weight.size)
+        if weight.dtype == np.float32 and weight.context.device_type == "cpu":
+            # one native pass, bit for bit MXNet's kernel: a server's fp32 round of many small
+            # partitions spent about 0.4 ms per bucket on the kernel's invocation and its wait
+            mom = self._flat_momentum(wk, weight) if opt.momentum > 0 else None
+            codec.sgd(grad, weight, mom, runs, opt.momentum, opt.rescale_grad, opt.clip_gradient or None)
+            self._skipped(wk, weight.size)
+            return
         ranges = [(b, e) for b, e, _, _ in runs]
         weights, grads = self._views(weight, ranges), self._views(grad, ranges)
         moms = self._views(self._flat_momentum(wk, weight), ranges) if opt.momentum > 0 else None

@@ -56,14 +56,16 @@ from cdsgd_mx.worker.engine_copies import EngineCopies
 
 # Values per bucket, the partition of a round: several of a model's buckets are in flight at
 # once, one's W coming back while the next one's push goes out. Chosen by measurement
-# (docs/performance-history.md, "Bucket size by algorithm"): an fp32 round wants small partitions
-# (Inception-BN's S-SGD round at 2 workers + 1 server on 1 Gbit/s NICs: 192 ms at 2^20, 2
-# buckets, against 139 at 2^18); a compressed round pays CPU per bucket (BIT-SGD both ways on
+# (docs/performance-history.md, "Bucket size by algorithm"): an fp32 round wants small partitions,
+# since the last one's pull is the round's tail (Inception-BN's S-SGD round at 2 workers + 1
+# server on 1 Gbit/s NICs: 123 ms at 2^16, 140 at 2^18, 192 at 2^20; the same at (2, 2),
+# (4, 1) and (4, 2)), once the server's update costs little per bucket (codec.sgd); a compressed
+# round pays more CPU per bucket (quantize, encode, proof, decode: BIT-SGD both ways on
 # Inception-BN at 1 Gbit/s: 19 ms at 2^20, 24 at 2^18). So the algorithms that push fp32 every
-# step (ssgd, odsgd) default to 2^18 (1 MiB of fp32) and the compressing ones to 2^20 (4 MiB).
+# step (ssgd, odsgd) default to 2^16 (256 KiB of fp32) and the compressing ones to 2^20 (4 MiB).
 # Capped by the big-array bound, see plan().
 DEFAULT_BUCKET_SIZE = 1 << 20
-FP32_BUCKET_SIZE = 1 << 18
+FP32_BUCKET_SIZE = 1 << 16
 
 
 def default_bucket_size(algorithm):

@@ -523,6 +523,75 @@ def test_decode_sgd_refuses_a_corrupt_payload_before_changing_anything():
         codec.decode_sgd(wire[:1], w, m[:10], n, T, [(0, n, 0.1, 0.0)], 0.9, 1.0)
 
 
+def mxnet_sgd(g, w, mom, runs, momentum, rescale, clip):
+    """MXNet's own kernels, run by run: what codec.sgd must give."""
+    mx = pytest.importorskip("mxnet")
+    W, G = mx.nd.array(w), mx.nd.array(g)
+    M = mx.nd.array(mom) if mom is not None else None
+    for b, e, lr, wd in runs:
+        kw = dict(lr=lr, wd=wd, rescale_grad=rescale)
+        if clip is not None:
+            kw["clip_gradient"] = clip
+        if M is not None:
+            mx.nd.sgd_mom_update(W[b:e], G[b:e], M[b:e], out=W[b:e], momentum=momentum, **kw)
+        else:
+            mx.nd.sgd_update(W[b:e], G[b:e], out=W[b:e], **kw)
+    return W.asnumpy(), (M.asnumpy() if M is not None else None)
+
+
+@pytest.mark.parametrize("n,cuts", [(17, []), (70001, [3, 4095, 4097, 40000, 69990]),
+                                    ((1 << 18) + 4096 + 17, [5000, (1 << 18) - 1, (1 << 18) + 1])])
+@pytest.mark.parametrize("momentum,clip", [(0.9, None), (0.9, 0.02), (0.0, None), (0.0, 0.05)])
+def test_sgd_is_mxnets_sgd_bit_for_bit(n, cuts, momentum, clip):
+    """The server's fp32 step: runs with their own rates (one with a gap before it, left alone),
+    on one and two threads, equal to MXNet's sgd_mom_update / sgd_update bit for bit."""
+    rng = np.random.RandomState(n + len(cuts))
+    bounds = [0] + cuts + [n]
+    runs = [(b + (3 if i == 1 else 0), e, float(rng.choice([0.01, 0.1, 0.37])), float(rng.choice([0.0, 1e-4, 5e-4])))
+            for i, (b, e) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    g = rng.normal(0, 1, n).astype(np.float32)
+    w0 = rng.normal(0, 1, n).astype(np.float32)
+    m0 = rng.normal(0, 0.1, n).astype(np.float32) if momentum else None
+    want_w, want_m = mxnet_sgd(g, w0, m0, runs, momentum, 1 / 32, clip)
+    for threads in (1, 2):
+        w, m = w0.copy(), (m0.copy() if m0 is not None else None)
+        codec.sgd(g, w, m, runs, momentum, 1 / 32, clip, threads=threads)
+        np.testing.assert_array_equal(bits(w), bits(want_w))
+        if m is not None:
+            np.testing.assert_array_equal(bits(m), bits(want_m))
+    if len(runs) > 1:  # the gap before the second run kept its values
+        b = runs[1][0]
+        np.testing.assert_array_equal(bits(w[b - 3:b]), bits(w0[b - 3:b]))
+
+
+def test_sgd_on_ndarray_views_writes_their_memory_and_refuses_bad_input():
+    """The server hands it views of a bucket's arrays (the data before the proof region)."""
+    mx = pytest.importorskip("mxnet")
+    n = 5000
+    g0, w0, m0 = np.linspace(-2, 2, n + 7).astype(np.float32), np.linspace(1, 2, n + 7).astype(np.float32), \
+        np.zeros(n, np.float32)
+    want_w, want_m = mxnet_sgd(g0[:n], w0[:n], m0, [(0, n, 0.1, 1e-4)], 0.9, 1.0, None)
+    G, W, M = mx.nd.array(g0), mx.nd.array(w0), mx.nd.array(m0)
+    codec.sgd(G[0:n], W[0:n], M, [(0, n, 0.1, 1e-4)], 0.9, 1.0)
+    np.testing.assert_array_equal(bits(W.asnumpy()[:n]), bits(want_w))
+    np.testing.assert_array_equal(bits(W.asnumpy()[n:]), bits(w0[n:]))  # past the view: untouched
+    np.testing.assert_array_equal(bits(M.asnumpy()), bits(want_m))
+    w, m = np.ones(n, np.float32), np.ones(n, np.float32)
+    with pytest.raises(ValueError, match="runs must be sorted, disjoint ranges"):
+        codec.sgd(g0[:n], w, m, [(50, n, 0.1, 0.0), (0, 50, 0.1, 0.0)], 0.9, 1.0)
+    with pytest.raises(ValueError, match="mom"):
+        codec.sgd(g0[:n], w, m[:10], [(0, n, 0.1, 0.0)], 0.9, 1.0)
+    with pytest.raises(ValueError, match="grad has 5007 values"):  # an NDArray: a ValueError still
+        codec.sgd(G, W[0:n], M, [(0, n, 0.1, 0.0)], 0.9, 1.0)
+    np.testing.assert_array_equal(w, np.ones(n, np.float32))  # refused before anything changed
+    # a bucket's momentum runs on over the proof region: only its first weight.size values move
+    M2 = mx.nd.array(np.zeros(n + 7, np.float32))
+    W2 = mx.nd.array(w0)
+    codec.sgd(G[0:n], W2[0:n], M2, [(0, n, 0.1, 1e-4)], 0.9, 1.0)
+    np.testing.assert_array_equal(bits(M2.asnumpy()[:n]), bits(want_m))
+    assert not M2.asnumpy()[n:].any()
+
+
 # 2-bit pulls (pull_compression.py): the fused server encode and worker decode against the
 # unfused operations they replace (reference quantize at 1/2 of (w - v) / s, dequantize at 1,
 # * s, +).
