@@ -447,11 +447,9 @@ def test_wire_decode_of_every_possible_word():
     np.testing.assert_array_equal(packed[sample], want)
 
 
-def mxnet_sgd_after_decode_sum(wire, w, mom, n, runs, momentum, rescale, clip):
-    """The reference of decode_sgd: decode_sum, then MXNet's own kernels run by run."""
+def mxnet_sgd(g, w, mom, runs, momentum, rescale, clip):
+    """MXNet's own kernels, run by run: what codec.sgd must give."""
     mx = pytest.importorskip("mxnet")
-    g = np.zeros(n, np.float32)
-    codec.decode_sum(wire, g, T)
     W, G = mx.nd.array(w), mx.nd.array(g)
     M = mx.nd.array(mom) if mom is not None else None
     for b, e, lr, wd in runs:
@@ -463,6 +461,14 @@ def mxnet_sgd_after_decode_sum(wire, w, mom, n, runs, momentum, rescale, clip):
         else:
             mx.nd.sgd_update(W[b:e], G[b:e], out=W[b:e], **kw)
     return W.asnumpy(), (M.asnumpy() if M is not None else None)
+
+
+def mxnet_sgd_after_decode_sum(wire, w, mom, n, runs, momentum, rescale, clip):
+    """The reference of decode_sgd: decode_sum, then MXNet's own kernels run by run."""
+    g = np.zeros(n, np.float32)
+    codec.decode_sum(wire, g, T)
+    W, M = mxnet_sgd(np.concatenate([g, np.zeros(w.size - n, np.float32)]), w, mom, runs, momentum, rescale, clip)
+    return W, M
 
 
 @pytest.mark.parametrize("n,cuts", [(17, []), (4097, [100, 4096]), (70001, [3, 4095, 4097, 40000, 69990]),
@@ -521,22 +527,6 @@ def test_decode_sgd_refuses_a_corrupt_payload_before_changing_anything():
         codec.decode_sgd(wire[:1], w, m, n, T, [(50, n, 0.1, 0.0), (0, 50, 0.1, 0.0)], 0.9, 1.0)
     with pytest.raises(ValueError, match="mom has 10 elements, fewer than n = 100"):
         codec.decode_sgd(wire[:1], w, m[:10], n, T, [(0, n, 0.1, 0.0)], 0.9, 1.0)
-
-
-def mxnet_sgd(g, w, mom, runs, momentum, rescale, clip):
-    """MXNet's own kernels, run by run: what codec.sgd must give."""
-    mx = pytest.importorskip("mxnet")
-    W, G = mx.nd.array(w), mx.nd.array(g)
-    M = mx.nd.array(mom) if mom is not None else None
-    for b, e, lr, wd in runs:
-        kw = dict(lr=lr, wd=wd, rescale_grad=rescale)
-        if clip is not None:
-            kw["clip_gradient"] = clip
-        if M is not None:
-            mx.nd.sgd_mom_update(W[b:e], G[b:e], M[b:e], out=W[b:e], momentum=momentum, **kw)
-        else:
-            mx.nd.sgd_update(W[b:e], G[b:e], out=W[b:e], **kw)
-    return W.asnumpy(), (M.asnumpy() if M is not None else None)
 
 
 @pytest.mark.parametrize("n,cuts", [(17, []), (70001, [3, 4095, 4097, 40000, 69990]),
