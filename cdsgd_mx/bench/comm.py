@@ -165,7 +165,7 @@ def main(argv=None):
                          "against stock MXNet and each round against its wire bound at 1 Gbit/s (targets), "
                          "Inception-BN and ResNet-20 at 1 and 10 Gbit/s, 3 jobs per system, fresh gradients, "
                          "2 workers + 1 server, on the default network; prints each ratio beside its goal, exits 1 "
-                         "if a gate is missed (about 15 minutes on 2 cores; sets every option but --network)")
+                         "if a gate is missed (about 5 minutes on 2 cores; sets every option but --network)")
     ap.add_argument("--link", default="none", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
