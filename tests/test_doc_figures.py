@@ -193,3 +193,19 @@ def test_fig6s_table_is_its_recorded_seeds():
             row = table[labels[name.split("-")[0]]]
             assert row[cols[0]] == "%.2f ± %.2f" % (statistics.mean(acc), statistics.stdev(acc)), (name, row)
             assert row[cols[1]] == "%.2f - %.2f" % (min(acc), max(acc)), (name, row)
+
+
+def test_the_scaling_cells_with_stock_rows_are_their_raw_file():
+    text = section(PERFORMANCE, "### With stock MXNet's rows")
+    (path,) = set(p.with_suffix(".json") for p in raw_files(text, "scaling-*.txt"))
+    cells = json.loads(path.read_text())["cells"]
+    table = {r[0]: r for r in rows(text)}
+    order = ("stock_fp32", "stock_2bit", "ssgd", "bitsgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit")
+    for c in cells:
+        assert table["%d + %d" % (c["workers"], c["servers"])][1:] == ["%.1f" % c["iter_ms"][a] for a in order]
+    t = lambda a, b: [c["iter_ms"][a] / c["iter_ms"][b] for c in cells]
+    page = " ".join(text.split())
+    assert "CD-SGD takes %s of stock fp32's step and %s of MXNet's 2-bit" % (
+        span(t("cdsgd", "stock_fp32"), "%.2f"), span(t("cdsgd", "stock_2bit"), "%.2f")) in page
+    assert "BIT-SGD both ways takes %s of stock fp32's" % span(t("bitsgd_2bit", "stock_fp32"), "%.2f") in page
+    assert "slower than stock fp32 here (%sx)" % span(t("ssgd", "stock_fp32") + t("odsgd", "stock_fp32"), "%.2f") in page
