@@ -109,6 +109,21 @@ def decode_sum(wire, out, threshold, threads=None):
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
 
 
+def _sgd_hyper(runs, n, momentum, rescale_grad, clip_gradient):
+    """An SGD step's runs and hyper-parameters as MXNet's kernels receive them (float32; clip
+    -1: none), the runs checked to be sorted and disjoint inside [0, n): before any NDArray
+    becomes a capsule (see _threshold)."""
+    f32 = lambda v: float(np.float32(v))
+    runs = [(int(b), int(e), f32(lr), f32(wd)) for b, e, lr, wd in runs]
+    last = 0
+    for b, e, _, _ in runs:
+        if not last <= b <= e <= n:
+            raise ValueError("runs must be sorted, disjoint ranges inside [0, n = %d), got [%d, %d)" % (n, b, e))
+        last = e
+    clip = -1.0 if clip_gradient is None else f32(clip_gradient)
+    return runs, f32(momentum), f32(rescale_grad), clip
+
+
 def decode_sgd(wire, weight, mom, n, threshold, runs, momentum, rescale_grad, clip_gradient=None, threads=None):
     """The server's fused decode and SGD step of a bucket (one pass, the gradient never stored):
     g = what decode_sum(wire, g, threshold) would hold for the first n values; then, for each
@@ -120,12 +135,10 @@ def decode_sgd(wire, weight, mom, n, threshold, runs, momentum, rescale_grad, cl
     CPU only."""
     t = _threshold(threshold)
     rows, stride = (wire.shape[0], wire.shape[1]) if wire.ndim == 2 else (1, 0)
-    clip = -1.0 if clip_gradient is None else float(np.float32(clip_gradient))
-    f32 = lambda v: float(np.float32(v))
-    runs = [(int(b), int(e), f32(lr), f32(wd)) for b, e, lr, wd in runs]
+    runs, momentum, rescale_grad, clip = _sgd_hyper(runs, int(n), momentum, rescale_grad, clip_gradient)
     bad = _native.decode_sgd(_array(wire, False), rows, stride, _array(weight, True),
-                             None if mom is None else _array(mom, True), int(n), t, runs, f32(momentum),
-                             f32(rescale_grad), clip, _threads(threads))
+                             None if mom is None else _array(mom, True), int(n), t, runs, momentum,
+                             rescale_grad, clip, _threads(threads))
     if bad:
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
 
@@ -142,16 +155,9 @@ def sgd(grad, weight, mom, runs, momentum, rescale_grad, clip_gradient=None, thr
     if grad.size != weight.size or (mom is not None and mom.size < weight.size):
         raise ValueError("sgd: grad has %d values and mom %s for weight's %d (grad: as many, mom: at least as many)"
                          % (grad.size, "none" if mom is None else mom.size, weight.size))
-    clip = -1.0 if clip_gradient is None else float(np.float32(clip_gradient))
-    f32 = lambda v: float(np.float32(v))
-    runs = [(int(b), int(e), f32(lr), f32(wd)) for b, e, lr, wd in runs]
-    last = 0
-    for b, e, _, _ in runs:
-        if not last <= b <= e <= weight.size:
-            raise ValueError("runs must be sorted, disjoint ranges inside [0, n = %d), got [%d, %d)" % (weight.size, b, e))
-        last = e
+    runs, momentum, rescale_grad, clip = _sgd_hyper(runs, weight.size, momentum, rescale_grad, clip_gradient)
     _native.sgd(_array(grad, False), _array(weight, True), None if mom is None else _array(mom, True), runs,
-                f32(momentum), f32(rescale_grad), clip, _threads(threads))
+                momentum, rescale_grad, clip, _threads(threads))
 
 
 PULL_LEVEL = _native.PULL_LEVEL          # a 2-bit pull's step: this many times the RMS change

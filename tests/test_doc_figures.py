@@ -1,7 +1,7 @@
 """The figures the pages state, recomputed from the raw files in docs/measurements: a table row,
 a range or a ratio that no longer follows from its file fails here. Each test reads the raw file
 the page's section links to, so a page re-recorded with a new file is checked against that one."""
-import glob
+import fnmatch
 import json
 import re
 import statistics
@@ -26,7 +26,7 @@ def section(page, heading):
 def raw_files(text, pattern):
     """The files under docs/measurements that `text` links to, by a glob on their names."""
     names = re.findall(r"\(measurements/([^)\s]+)\)", text)
-    return [ROOT / "docs" / "measurements" / n for n in names if glob.fnmatch.fnmatch(n, pattern)]
+    return [ROOT / "docs" / "measurements" / n for n in names if fnmatch.fnmatch(n, pattern)]
 
 
 def rows(text):

@@ -447,6 +447,26 @@ def test_wire_decode_of_every_possible_word():
     np.testing.assert_array_equal(packed[sample], want)
 
 
+def runs_with_a_gap(rng, n, cuts):
+    """SGD runs [(begin, end, lr, wd)] between the cuts of [0, n), each with its own rates; the
+    second starts 3 values late, leaving a gap no run covers."""
+    bounds = [0] + cuts + [n]
+    return [(b + (3 if i == 1 else 0), e, float(rng.choice([0.01, 0.1, 0.37])), float(rng.choice([0.0, 1e-4, 5e-4])))
+            for i, (b, e) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+
+def assert_the_gap_kept(runs, w, w0):
+    if len(runs) > 1:  # the gap before the second run kept its values
+        b = runs[1][0]
+        np.testing.assert_array_equal(bits(w[b - 3:b]), bits(w0[b - 3:b]))
+
+
+def assert_same_step(w, m, want_w, want_m):
+    np.testing.assert_array_equal(bits(w), bits(want_w))
+    if m is not None:
+        np.testing.assert_array_equal(bits(m), bits(want_m))
+
+
 def mxnet_sgd(g, w, mom, runs, momentum, rescale, clip):
     """MXNet's own kernels, run by run: what codec.sgd must give."""
     mx = pytest.importorskip("mxnet")
@@ -483,22 +503,16 @@ def test_decode_sgd_is_decode_sum_then_mxnet_sgd_bit_for_bit(n, cuts, momentum, 
     for r in range(rows):
         packed, _ = ref.quantize(rng.normal(0, 1, n).astype(np.float32), np.zeros(n, np.float32), T)
         wire[r, :words] = ref.wire_encode(packed)
-    bounds = [0] + cuts + [n]
-    runs = [(b + (3 if i == 1 else 0), e, float(rng.choice([0.01, 0.1, 0.37])), float(rng.choice([0.0, 1e-4, 5e-4])))
-            for i, (b, e) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    runs = runs_with_a_gap(rng, n, cuts)
     w0 = rng.normal(0, 1, n + 8).astype(np.float32)
     m0 = rng.normal(0, 0.1, n + 8).astype(np.float32) if momentum else None
     want_w, want_m = mxnet_sgd_after_decode_sum(wire, w0, m0, n, runs, momentum, 1 / 32, clip)
     for threads in (1, 2):
         w, m = w0.copy(), (m0.copy() if m0 is not None else None)
         codec.decode_sgd(wire, w, m, n, T, runs, momentum, 1 / 32, clip, threads=threads)
-        np.testing.assert_array_equal(bits(w), bits(want_w))
-        if m is not None:
-            np.testing.assert_array_equal(bits(m), bits(want_m))
+        assert_same_step(w, m, want_w, want_m)
         np.testing.assert_array_equal(bits(w[n:]), bits(w0[n:]))
-    if len(runs) > 1:  # the gap before the second run kept its values
-        b = runs[1][0]
-        np.testing.assert_array_equal(bits(w[b - 3:b]), bits(w0[b - 3:b]))
+    assert_the_gap_kept(runs, w, w0)
 
 
 def test_decode_sgd_on_ndarrays_writes_their_memory():
@@ -536,9 +550,7 @@ def test_sgd_is_mxnets_sgd_bit_for_bit(n, cuts, momentum, clip):
     """The server's fp32 step: runs with their own rates (one with a gap before it, left alone),
     on one and two threads, equal to MXNet's sgd_mom_update / sgd_update bit for bit."""
     rng = np.random.RandomState(n + len(cuts))
-    bounds = [0] + cuts + [n]
-    runs = [(b + (3 if i == 1 else 0), e, float(rng.choice([0.01, 0.1, 0.37])), float(rng.choice([0.0, 1e-4, 5e-4])))
-            for i, (b, e) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    runs = runs_with_a_gap(rng, n, cuts)
     g = rng.normal(0, 1, n).astype(np.float32)
     w0 = rng.normal(0, 1, n).astype(np.float32)
     m0 = rng.normal(0, 0.1, n).astype(np.float32) if momentum else None
@@ -546,12 +558,8 @@ def test_sgd_is_mxnets_sgd_bit_for_bit(n, cuts, momentum, clip):
     for threads in (1, 2):
         w, m = w0.copy(), (m0.copy() if m0 is not None else None)
         codec.sgd(g, w, m, runs, momentum, 1 / 32, clip, threads=threads)
-        np.testing.assert_array_equal(bits(w), bits(want_w))
-        if m is not None:
-            np.testing.assert_array_equal(bits(m), bits(want_m))
-    if len(runs) > 1:  # the gap before the second run kept its values
-        b = runs[1][0]
-        np.testing.assert_array_equal(bits(w[b - 3:b]), bits(w0[b - 3:b]))
+        assert_same_step(w, m, want_w, want_m)
+    assert_the_gap_kept(runs, w, w0)
 
 
 def test_sgd_on_ndarray_views_writes_their_memory_and_refuses_bad_input():
