@@ -110,8 +110,9 @@ CHECK_NAMES = {"BIT-SGD both ways / one way": "both ways / one way", "our 2-bit 
 
 def check_run(text):
     """(gate lines, target lines: each {(name, model, link): (median, [each], met)}, job times
-    {(model, link label, system): [ms]}) of the raw --check output that `text` links to."""
-    (path,) = set(raw_files(text, "check-*.txt"))
+    {(model, link label, system): [ms]}) of the raw --check output that `text` links to first
+    (a later link is an older run, for comparison)."""
+    path = raw_files(text, "check-*.txt")[0]
     raw = path.read_text()
     gates, _, targets = raw.partition("targets on a cluster's network")
     found = []
@@ -209,3 +210,14 @@ def test_the_scaling_cells_with_stock_rows_are_their_raw_file():
         span(t("cdsgd", "stock_fp32"), "%.2f"), span(t("cdsgd", "stock_2bit"), "%.2f")) in page
     assert "BIT-SGD both ways takes %s of stock fp32's" % span(t("bitsgd_2bit", "stock_fp32"), "%.2f") in page
     assert "slower than stock fp32 here (%sx)" % span(t("ssgd", "stock_fp32") + t("odsgd", "stock_fp32"), "%.2f") in page
+
+
+def test_both_ways_ratios_on_the_shared_link_are_the_checks():
+    text = section(PERFORMANCE, "## 2 bits both ways")
+    gates, _, _ = check_run(text)
+    ratio = lambda model, link: gates[("BIT-SGD both ways / one way", model, link)][0]
+    page = " ".join(text.split())
+    assert "the round takes %s (Inception-BN) and %s (ResNet-20) of a one-way BIT-SGD round" % (
+        ratio("inception_bn", "1gbit"), ratio("resnet20", "1gbit")) in page
+    fast = sorted(float(ratio(m, "10gbit")) for m in MODEL)
+    assert "At 10 Gbit/s a both-ways round takes %.2f-%.2f of a one-way round" % tuple(fast) in page
