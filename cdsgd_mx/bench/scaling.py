@@ -2,7 +2,7 @@
 
     python -m cdsgd_mx.bench.scaling [--models resnet50,inception_bn] [--workers 2,4,8,16]
         [--servers 1,1,2,4] [--nic 1gbit] [--compute-ms resnet50=90,inception_bn=25]
-        [--k 5] [--iterations 10] [--json FILE] [--plot FILE.png]
+        [--k 5] [--blocks 3] [--json FILE] [--plot FILE.png]
 
 Each cell (a model, W workers, S servers) is one job of `python -m cdsgd_mx.bench.overlap
 --interleaved` on W + S emulated hosts, a NIC of --nic each way per host, each worker's
@@ -11,7 +11,10 @@ communication, codec, servers and local update real). In the job the algorithms 
 S-SGD, BIT-SGD, OD-SGD, CD-SGD (k = --k) and, with 2-bit pulls, BIT-SGD and CD-SGD both ways,
 beside the fp32 round (phi), the 2-bit round (psi + delta) and the both-ways round alone. Each
 algorithm's iteration time is printed beside the time model's (cdsgd_mx.experiments.timemodel,
-eqs. 2-7, calibrated by the cell's own tau, phi and psi).
+eqs. 2-7, calibrated by the cell's own tau, phi and psi). Each algorithm runs --blocks timed
+blocks of 2k steps, in turns with the others; its time is the median block's, and the table
+shows the spread (fastest and slowest block), so a block that another process slowed neither
+moves the figure nor hides.
 
 Stock MXNet in the same cell, on the same hosts: `python -m cdsgd_mx.bench.comm --network hosts`
 times a round of gluon's Trainer on `dist_sync` (stock_fp32) and of MXNet's own 2-bit
@@ -33,6 +36,7 @@ workers, one line per algorithm, a panel per model.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,13 +50,14 @@ DEFAULT_COMPUTE_MS = {"resnet50": 90.0, "inception_bn": 25.0}
 CPU_BOUND = 0.8  # a cell whose nodes keep this share of the cores busy is limited by them
 
 
-def stock_rounds(model, workers, servers, nic, rounds, timeout):
-    """{system: ms per round} of stock MXNet on the cell's hosts: one bench.comm job per system."""
+def stock_rounds(model, workers, servers, nic, rounds, repeats, timeout):
+    """{system: [ms per round of each job]} of stock MXNet on the cell's hosts: bench.comm,
+    --repeats jobs per system, the systems in turn."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "stock.json")
         cmd = [sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", model, "--bandwidth", nic, "--network", "hosts",
                "--systems", ",".join(STOCK), "--workers", str(workers), "--servers", str(servers),
-               "--rounds", str(rounds), "--timeout", str(timeout), "--json", path]
+               "--rounds", str(rounds), "--repeats", str(repeats), "--timeout", str(timeout), "--json", path]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         runs = json.load(open(path))["runs"] if os.path.exists(path) else []
     systems = runs[0].get("systems", {}) if runs else {}
@@ -61,13 +66,13 @@ def stock_rounds(model, workers, servers, nic, rounds, timeout):
         why = "; ".join("%s: %s" % (s, systems[s]["error"]) for s in STOCK if "error" in systems.get(s, {}))
         raise RuntimeError("stock MXNet's jobs of the %s cell with %d workers and %d servers failed (exit code %d%s)"
                            % (model, workers, servers, proc.returncode, "; " + why if why else ""))
-    return {s: systems[s]["ms"] for s in STOCK}
+    return {s: systems[s].get("jobs_ms", [systems[s]["ms"]]) for s in STOCK}
 
 
-def run_cell(model, workers, servers, nic, compute_ms, k, iterations, timeout):
+def run_cell(model, workers, servers, nic, compute_ms, k, blocks, timeout):
     cmd = [sys.executable, "-m", "cdsgd_mx.bench.overlap", "--interleaved", "--json", "--model", model,
            "--workers", str(workers), "--servers", str(servers), "--emulate-hosts", str(workers + servers),
-           "--nic", nic, "--compute-ms", str(compute_ms), "--k", str(k), "--iterations", str(iterations),
+           "--nic", nic, "--compute-ms", str(compute_ms), "--k", str(k), "--iterations", str(blocks * 2 * k),
            "--algorithms", ",".join(ALGORITHMS), "--timeout", str(timeout)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
@@ -86,11 +91,14 @@ def run_cell(model, workers, servers, nic, compute_ms, k, iterations, timeout):
             "k": k, "tau_ms": tau, "phi_ms": costs["phi_ms"], "psi_plus_delta_ms": costs["psi_plus_delta_ms"],
             "psi_pull_plus_delta_ms": costs.get("psi_pull_plus_delta_ms"), "cdsgd_comm_ms": comm_cd,
             "server_cpu_ms": jobs["cdsgd"].get("server_cpu_ms_job"),
-            "iter_ms": {a: jobs[a]["iter_ms"] for a in ALGORITHMS},
+            "iter_ms": {a: jobs[a]["iter_ms"] for a in ALGORITHMS},  # the median block's
+            "blocks_ms": {a: jobs[a]["cycle_iter_ms"] for a in ALGORITHMS},
             "model_ms": {a: predicted[a] for a in ALGORITHMS if a in predicted},
             "worker_cpu_ms": {a: jobs[a].get("worker_cpu_ms") for a in ALGORITHMS}}
-    cell["stock_round_ms"] = stock_rounds(model, workers, servers, nic, max(iterations, 10), timeout)
+    jobs_ms = stock_rounds(model, workers, servers, nic, max(2 * k, 10), blocks, timeout)
+    cell["stock_round_ms"] = {s: statistics.median(ms) for s, ms in jobs_ms.items()}
     cell["iter_ms"].update({s: tau + ms for s, ms in cell["stock_round_ms"].items()})
+    cell["blocks_ms"].update({s: [tau + m for m in ms] for s, ms in jobs_ms.items()})
     cell["cores"] = provenance.cpu()["cores_usable"]
     cell["cpu_busy"] = cpu_busy(cell)
     cell["verdict"] = verdict(cell)
@@ -126,6 +134,12 @@ def verdict(cell):
     return "goal met" if not misses else "missed: " + ", ".join(misses)
 
 
+def spread(cell, name):
+    """The fastest and slowest timed block of an algorithm (or stock job), and their count."""
+    ms = cell.get("blocks_ms", {}).get(name)
+    return "%.1f-%.1f (%d)" % (min(ms), max(ms), len(ms)) if ms else "-"
+
+
 def print_cell(cell):
     print("\n%s, %d workers + %d servers on %d hosts, %s NICs, compute %.0f ms (measured %.1f)" % (
         cell["model"], cell["workers"], cell["servers"], cell["workers"] + cell["servers"], cell["nic"],
@@ -135,20 +149,21 @@ def print_cell(cell):
               cell["phi_ms"], cell["psi_plus_delta_ms"],
               "%.1f" % cell["psi_pull_plus_delta_ms"] if cell["psi_pull_plus_delta_ms"] is not None else "-",
               "%.1f" % cell["server_cpu_ms"] if cell["server_cpu_ms"] is not None else "-"))
-    print("  %-12s %10s %10s %8s %14s %10s" % ("algorithm", "iter ms", "model ms", "/model", "worker CPU ms",
-                                               "cores busy"))
+    print("  %-12s %10s %15s %10s %8s %14s %10s" % ("algorithm", "iter ms", "blocks min-max", "model ms", "/model",
+                                                     "worker CPU ms", "cores busy"))
     for a in ALGORITHMS:
         m = cell["model_ms"].get(a)
         cpu = cell["worker_cpu_ms"].get(a)
         busy = cell.get("cpu_busy", {}).get(a)
-        print("  %-12s %10.1f %10s %8s %14s %10s" % (a, cell["iter_ms"][a], "%.1f" % m if m else "-",
-                                                    "%.2f" % (cell["iter_ms"][a] / m) if m else "-",
-                                                    "%.1f" % cpu if cpu is not None else "-",
-                                                    "%.0f%%" % (100 * busy) if busy is not None else "-"))
+        print("  %-12s %10.1f %15s %10s %8s %14s %10s" % (a, cell["iter_ms"][a], spread(cell, a),
+                                                          "%.1f" % m if m else "-",
+                                                          "%.2f" % (cell["iter_ms"][a] / m) if m else "-",
+                                                          "%.1f" % cpu if cpu is not None else "-",
+                                                          "%.0f%%" % (100 * busy) if busy is not None else "-"))
     for s in STOCK:
         if s in cell["iter_ms"]:
-            print("  %-12s %10.1f %10s %8s %14s %10s   (compute + its round of %.1f ms, MXNet's own servers)" % (
-                s, cell["iter_ms"][s], "-", "-", "-", "-", cell["stock_round_ms"][s]))
+            print("  %-12s %10.1f %15s %10s %8s %14s %10s   (compute + its round of %.1f ms, MXNet's own servers)" % (
+                s, cell["iter_ms"][s], spread(cell, s), "-", "-", "-", "-", cell["stock_round_ms"][s]))
     t = cell["iter_ms"]
     if all(s in t for s in STOCK):
         print("  against stock MXNet: S-SGD / stock fp32 %.2f, BIT-SGD / MXNet 2-bit %.2f, CD-SGD / stock fp32 %.2f, "
@@ -211,7 +226,8 @@ def main(argv=None):
     ap.add_argument("--compute-ms", default=",".join("%s=%g" % kv for kv in DEFAULT_COMPUTE_MS.items()),
                     help="MODEL=MS,... (default: estimates, see docs/performance.md)")
     ap.add_argument("--k", type=int, default=5)
-    ap.add_argument("--iterations", type=int, default=10, help="timed steps per algorithm (whole cycles of 2k)")
+    ap.add_argument("--blocks", type=int, default=3,
+                    help="timed blocks of 2k steps per algorithm (and stock jobs per system); the median is shown")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a cell's job may run")
     ap.add_argument("--json", help="write the cells here")
     ap.add_argument("--plot", help="draw time per step against workers here (PNG)")
@@ -241,8 +257,8 @@ def main(argv=None):
         sys.exit("bench.scaling: --compute-ms has no time for %s (give MODEL=MS)" % ", ".join(missing))
     if not RATE_RE.match(args.nic):
         sys.exit("bench.scaling: --nic must be a tc rate such as 100mbit or 1gbit, got %r" % args.nic)
-    if args.k < 1 or args.iterations < 1:
-        sys.exit("bench.scaling: --k and --iterations must be >= 1")
+    if args.k < 1 or args.blocks < 1:
+        sys.exit("bench.scaling: --k and --blocks must be >= 1")
     if emulate.unavailable():
         sys.exit("bench.scaling: emulated hosts are not available here: %s" % emulate.unavailable())
     record = {"provenance": provenance.record(), "cells": []}
@@ -252,7 +268,7 @@ def main(argv=None):
         print("bench.scaling: (%d/%d) %s, %d workers + %d servers, %.0f s so far ..."
               % (i + 1, len(grid), model, w, s, time.time() - start), flush=True)
         try:
-            cell = run_cell(model, w, s, args.nic, compute[model], args.k, args.iterations, args.timeout)
+            cell = run_cell(model, w, s, args.nic, compute[model], args.k, args.blocks, args.timeout)
         except RuntimeError as e:
             sys.exit("bench.scaling: %s" % e)
         record["cells"].append(cell)
