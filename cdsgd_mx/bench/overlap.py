@@ -30,7 +30,11 @@ each host's NIC at RATE in each direction (python -m cdsgd_mx.cluster.emulate), 
 --interleaved: all of it in one job instead (cdsgd_mx.worker.schedule.InterleavedSchedule): separate
 jobs on a machine whose cores the workers share differ in compute from job to job by more
 than what the algorithms differ by at fast links; in one job every algorithm runs on the
-same processes.
+same processes. One job per bucket size: each algorithm runs on the buckets it gets by
+default (S-SGD and OD-SGD 2^16 values, the compressing ones 2^20: worker/buckets.py), so
+there are two jobs when both kinds are asked for, each with its own rounds alone, and each
+algorithm's model is calibrated by its own job's; --bucket-size N runs them all in one job on
+buckets of N values.
 Each cycle measures tau, then fp32 and 2-bit rounds alone taking turns, then each algorithm
 for a block of 1 + 2k steps (the order rotated every cycle); --iterations is then the timed
 steps per algorithm, rounded up to whole cycles of 2k; iter_ms is the median over cycles of
@@ -84,7 +88,7 @@ def worker(args):
     net.initialize(mx.init.Xavier())
     net(mx.nd.zeros((1,) + shape))  # deferred shapes known before the trainer sees the parameters
     net.hybridize()
-    name = "interleaved" if args.interleaved else args.algorithm
+    name = ("interleaved-%d" % bucket_size(args)) if args.interleaved else args.algorithm
     trace = os.path.join(args.trace_dir, "%s.json" % name) if args.trace_dir else "/dev/null"
     # interleaved: built as cdsgd (every buffer), the schedule says what each step runs
     # (with a 2-bit pull algorithm among them, every compressed push carries the pull flag and
@@ -93,7 +97,8 @@ def worker(args):
     trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9},
                                algorithm="cdsgd" if args.interleaved else args.algorithm, k=args.k,
                                warmup_steps=0 if args.interleaved else args.warmup,
-                               threshold=args.threshold, trace=trace, pull_compression=pull)
+                               threshold=args.threshold, trace=trace, pull_compression=pull,
+                               bucket_size=bucket_size(args))
     kv = trainer.kvstore
     x = mx.nd.array(np.random.RandomState(kv.rank).randn(args.batch, *shape).astype(np.float32))
     y = mx.nd.array(np.random.RandomState(kv.rank).randint(0, classes, args.batch).astype(np.float32))
@@ -154,6 +159,25 @@ def worker(args):
             # and Python per step (with real compute it includes forward/backward)
             "worker_cpu_ms": 1e3 * (cpu[-1] - cpu[first]) / (len(cpu) - 1 - first) if cpu else None,
             "bytes_per_step": kv.bytes_pushed / args.iterations, "steps": kv.steps_done}), flush=True)
+
+
+def bucket_size(args):
+    """The job's bucket size: --bucket-size, else the default of its algorithm (--interleaved:
+    of its algorithms, which the leader grouped so that they share one)."""
+    from cdsgd_mx.worker.buckets import default_bucket_size
+    if args.bucket_size:
+        return args.bucket_size
+    algorithms = args.algorithms.split(",") if args.interleaved else [args.algorithm]
+    return max(default_bucket_size(a.replace("_2bit", "")) for a in algorithms)
+
+
+def bucket_groups(args):
+    """--interleaved: [(bucket size, algorithms)], one job each (see the module's doc)."""
+    from cdsgd_mx.worker.buckets import default_bucket_size
+    groups = {}
+    for a in args.algorithms.split(","):
+        groups.setdefault(args.bucket_size or default_bucket_size(a.replace("_2bit", "")), []).append(a)
+    return sorted(groups.items())
 
 
 def emulated_compute(args, net, trainer):
@@ -254,6 +278,7 @@ def interleaved(args, net, trainer, fwd_bwd):
         import statistics
         print("RESULT " + json.dumps({
             "interleaved": True, "model": args.model, "batch": args.batch, "workers": kv.num_workers,
+            "bucket_size": kv.bucket_size, "algorithms": algorithms,
             "params": sum(int(np.prod(p.shape)) for p in net.collect_params().values()),
             "cycles": cycles, "block": block, "tau_ms": statistics.mean(tau),
             "phi_ms": statistics.median(comm["ssgd"]), "psi_plus_delta_ms": statistics.median(comm["bitsgd"]),
@@ -275,7 +300,7 @@ def launch_cmd(args, alg, extra):
         cmd += ["--bandwidth", args.bandwidth]
     cmd += ["--", sys.executable, "-m", "cdsgd_mx.bench.overlap", "--worker", "--algorithm", alg] + extra
     for name in ("model", "params", "iterations", "batch", "k", "warmup", "threshold", "compute_iterations",
-                 "algorithms"):
+                 "algorithms", "bucket_size"):
         cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     if args.compute_ms is not None:
         cmd += ["--compute-ms", str(args.compute_ms)]
@@ -297,24 +322,49 @@ def run_job(cmd, name):
 
 
 def interleaved_results(args):
-    """One job: per algorithm a row as separate jobs give (compute_ms: the job's tau), and
-    the rounds alone."""
-    if not args.json:
-        print("running the four algorithms in one job ...", flush=True)
+    """One job per bucket size (bucket_groups): per algorithm a row as separate jobs give
+    (compute_ms: its job's tau), and each job's costs: its rounds alone, tau, server CPU."""
+    import copy
     extra = ["--trace-dir", os.path.abspath(args.trace_dir)] if args.trace_dir else []
-    r = run_job(launch_cmd(args, "cdsgd", ["--interleaved"] + extra), "interleaved")
-    results = {}
-    for alg, ms in r["iter_ms"].items():
-        results[alg] = {"algorithm": alg, "model": r["model"], "batch": r["batch"], "workers": r["workers"],
-                        "params": r["params"], "compute_ms": r["tau_ms"], "iter_ms": ms,
-                        "bytes_per_step": r["bytes_per_step"][alg],
-                        "cycle_iter_ms": [c[alg] for c in r["cycle_iter_ms"]],
-                        "worker_cpu_ms": r["worker_cpu_ms"][alg], "server_cpu_ms_job": r["server_cpu_ms"]}
-        if args.json:
+    results, jobs = {}, []
+    for size, algorithms in bucket_groups(args):
+        if not args.json:
+            print("running %s in one job (buckets of %d values) ..." % (", ".join(algorithms), size), flush=True)
+        group = copy.copy(args)
+        group.algorithms, group.bucket_size = ",".join(algorithms), size
+        r = run_job(launch_cmd(group, "cdsgd", ["--interleaved"] + extra), "interleaved")
+        jobs.append({"algorithms": algorithms, "bucket_size": size, "tau_ms": r["tau_ms"], "phi_ms": r["phi_ms"],
+                     "psi_plus_delta_ms": r["psi_plus_delta_ms"],
+                     "psi_pull_plus_delta_ms": r.get("psi_pull_plus_delta_ms"),
+                     "server_cpu_ms": r["server_cpu_ms"], "cycles": r["cycles"], "block": r["block"]})
+        for alg, ms in r["iter_ms"].items():
+            results[alg] = {"algorithm": alg, "model": r["model"], "batch": r["batch"], "workers": r["workers"],
+                            "params": r["params"], "compute_ms": r["tau_ms"], "iter_ms": ms,
+                            "bytes_per_step": r["bytes_per_step"][alg], "bucket_size": size,
+                            "cycle_iter_ms": [c[alg] for c in r["cycle_iter_ms"]],
+                            "worker_cpu_ms": r["worker_cpu_ms"][alg], "server_cpu_ms_job": r["server_cpu_ms"]}
+    if args.json:
+        for alg in args.algorithms.split(","):
             print(json.dumps(dict(results[alg], job=alg, interleaved=True, bandwidth=args.bandwidth or "loopback",
                                   nic=args.nic, emulate_hosts=args.emulate_hosts,
                                   compute_ms_emulated=args.compute_ms)), flush=True)
-    return results, r["phi_ms"], r["psi_plus_delta_ms"], r
+    return results, jobs
+
+
+def job_of(jobs, algorithm):
+    """The interleaved job that ran an algorithm."""
+    return next(j for j in jobs if algorithm in j["algorithms"])
+
+
+def predictions(jobs, k):
+    """Each algorithm's time model (eqs. 2-7), calibrated by its own job's tau and rounds."""
+    from cdsgd_mx.experiments import timemodel
+    predicted = {}
+    for j in jobs:
+        costs = timemodel.calibrate(j["tau_ms"], j["phi_ms"], j["psi_plus_delta_ms"],
+                                    pull_round_ms=j.get("psi_pull_plus_delta_ms"))
+        predicted.update({a: ms for a, ms in timemodel.predict(costs, k).items() if a in j["algorithms"]})
+    return predicted
 
 
 def separate_results(args):
@@ -338,20 +388,26 @@ def separate_results(args):
 
 
 def leader(args):
+    from cdsgd_mx.experiments import timemodel
     if args.json:  # the first line: where and how these rows were made (provenance.py); the workers print none
         print(json.dumps({"provenance": provenance.record()}), flush=True)
     if args.interleaved:
-        results, phi, psi, job = interleaved_results(args)
+        results, jobs = interleaved_results(args)
+        main_job = job_of(jobs, "cdsgd") if "cdsgd" in results else jobs[-1]  # CD-SGD's rounds: the figures
+        phi, psi, psi_pull = main_job["phi_ms"], main_job["psi_plus_delta_ms"], main_job["psi_pull_plus_delta_ms"]
+        predicted = predictions(jobs, args.k)
     else:
         results = separate_results(args)
-        phi, psi = results.pop("ssgd_comm")["iter_ms"], results.pop("bitsgd_comm")["iter_ms"]
-    from cdsgd_mx.experiments import timemodel
+        phi, psi, psi_pull = results.pop("ssgd_comm")["iter_ms"], results.pop("bitsgd_comm")["iter_ms"], None
+        tau = sum(r["compute_ms"] for r in results.values()) / len(results)
+        predicted = timemodel.predict(timemodel.calibrate(tau, phi, psi), args.k)
     comm_cd = timemodel.cd_communication(phi, psi, args.k)
-    psi_pull = job.get("psi_pull_plus_delta_ms") if args.interleaved else None
     if args.json:
         costs = {"phi_ms": phi, "psi_plus_delta_ms": psi, "cdsgd_comm_ms": comm_cd}
         if psi_pull is not None:
             costs["psi_pull_plus_delta_ms"] = psi_pull
+        if args.interleaved:
+            costs.update(jobs=jobs, model_ms=predicted)
         print(json.dumps(costs), flush=True)
         return results
     network = ("%d emulated hosts, a %s NIC each" % (args.emulate_hosts, args.nic or "unshaped")
@@ -359,12 +415,14 @@ def leader(args):
     print("\nlink: %s, %d workers, %d server(s), %d parameters, batch %d, k=%d%s" % (
         network, args.workers, args.servers, next(iter(results.values()))["params"], args.batch, args.k,
         ", compute emulated: %g ms of waiting per step" % args.compute_ms if args.compute_ms is not None else ""))
-    print("communication per step, measured alone: fp32 round (phi) %.1f ms, 2-bit round (psi + delta) %.1f ms;"
-          " CD-SGD mean ((k-1)(psi+delta) + phi)/k = %.1f ms" % (phi, psi, comm_cd))
-    tau = sum(r["compute_ms"] for r in results.values()) / len(results)
-    if psi_pull is not None:
-        print("2-bit round with a 2-bit pull (psi_pull + delta) %.1f ms" % psi_pull)
-    predicted = timemodel.predict(timemodel.calibrate(tau, phi, psi, pull_round_ms=psi_pull), args.k)
+    for j in jobs if args.interleaved else [None]:
+        where = " (the job of %s, buckets of %d values)" % (", ".join(j["algorithms"]), j["bucket_size"]) if j else ""
+        jphi, jpsi = (j["phi_ms"], j["psi_plus_delta_ms"]) if j else (phi, psi)
+        print("communication per step, measured alone%s: fp32 round (phi) %.1f ms, 2-bit round (psi + delta) %.1f ms;"
+              " CD-SGD mean ((k-1)(psi+delta) + phi)/k = %.1f ms" % (where, jphi, jpsi,
+                                                                   timemodel.cd_communication(jphi, jpsi, args.k)))
+        if j and j["psi_pull_plus_delta_ms"] is not None:
+            print("2-bit round with a 2-bit pull (psi_pull + delta) %.1f ms" % j["psi_pull_plus_delta_ms"])
     print("%-11s %12s %16s %12s %16s %18s %18s" % ("algorithm", "iter ms", "model (eqs 2-7)", "compute ms",
                                                   "pushed KB/step", "worker CPU ms/step", "server CPU ms/step"))
     for alg, r in results.items():
@@ -372,9 +430,10 @@ def leader(args):
             alg, r["iter_ms"], predicted[alg], r["compute_ms"], r["bytes_per_step"] / 1e3,
             "%.1f" % r["worker_cpu_ms"] if r.get("worker_cpu_ms") is not None else "-",
             "%.1f" % r["server_cpu_ms"] if r.get("server_cpu_ms") is not None else "-"))
-    if args.interleaved and job.get("server_cpu_ms") is not None:
-        print("busiest server's CPU per step, over the whole job (every algorithm and round): %.1f ms"
-              % job["server_cpu_ms"])
+    for j in jobs if args.interleaved else []:
+        if j["server_cpu_ms"] is not None:
+            print("busiest server's CPU per step, over the job of %s (every algorithm and round): %.1f ms"
+                  % (", ".join(j["algorithms"]), j["server_cpu_ms"]))
     if "cdsgd" in results:
         cd = results["cdsgd"]
         bound = max(cd["compute_ms"], comm_cd)
@@ -392,8 +451,8 @@ def leader(args):
             print("    per cycle: %s" % ", ".join("%.2f" % (a / b) for a, b in zip(both["cycle_iter_ms"],
                                                                                   one["cycle_iter_ms"])))
     if args.interleaved:
-        print("timed in one job: %d cycles, each algorithm a block of %d steps per cycle (the first not timed)"
-              % (job["cycles"], job["block"]))
+        print("timed in %d job(s): %d cycles, each algorithm a block of %d steps per cycle (the first not timed)"
+              % (len(jobs), jobs[0]["cycles"], jobs[0]["block"]))
     return results
 
 
@@ -415,11 +474,14 @@ def main(argv=None):
     ap.add_argument("--threshold", type=float, default=0.5)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--trace-dir", default=None, help="write each algorithm's rank-0 chrome trace here "
-                    "(--interleaved: one, interleaved.json)")
+                    "(--interleaved: one per job, interleaved-BUCKETSIZE.json)")
     ap.add_argument("--comm-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--interleaved", action="store_true", help="all algorithms and rounds in one job, "
                     "taking turns in blocks (--iterations: timed steps per algorithm)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--bucket-size", type=int, default=0, metavar="N",
+                    help="values per bucket for every algorithm (default: each algorithm's own; --interleaved: "
+                         "one job per bucket size)")
     ap.add_argument("--compute-ms", type=float, default=None, metavar="T",
                     help="replace each worker's forward/backward with T ms of waiting (gradients of the model's "
                          "real shapes, drawn once); communication, codec, servers and local update stay real")
@@ -434,6 +496,8 @@ def main(argv=None):
     bad = [a for a in args.algorithms.split(",") if a not in ALGORITHMS + (BOTH_WAYS if args.interleaved else [])]
     if bad:
         ap.error("--algorithms: %s not one of %s" % (", ".join(bad), ", ".join(ALGORITHMS)))
+    if args.bucket_size < 0:
+        ap.error("--bucket-size must be >= 1 values, got %d" % args.bucket_size)
     for name in ("workers", "servers", "params", "iterations", "batch", "k"):
         if getattr(args, name) < 1:
             ap.error("--%s must be >= 1" % name)

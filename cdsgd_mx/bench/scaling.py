@@ -9,9 +9,11 @@ Each cell (a model, W workers, S servers) is one job of `python -m cdsgd_mx.benc
 forward/backward replaced by --compute-ms of waiting (gradients of the model's real shapes;
 communication, codec, servers and local update real). In the job the algorithms take turns:
 S-SGD, BIT-SGD, OD-SGD, CD-SGD (k = --k) and, with 2-bit pulls, BIT-SGD and CD-SGD both ways,
-beside the fp32 round (phi), the 2-bit round (psi + delta) and the both-ways round alone. Each
-algorithm's iteration time is printed beside the time model's (cdsgd_mx.experiments.timemodel,
-eqs. 2-7, calibrated by the cell's own tau, phi and psi). Each algorithm runs --blocks timed
+beside the fp32 round (phi), the 2-bit round (psi + delta) and the both-ways round alone; each
+algorithm on the buckets it gets by default, so S-SGD and OD-SGD (2^16 values) take their
+turns in a job of their own beside the compressing ones' (2^20). Each algorithm's iteration
+time is printed beside the time model's (cdsgd_mx.experiments.timemodel, eqs. 2-7, calibrated
+by its job's tau and rounds alone; the cell's phi and psi are CD-SGD's). Each algorithm runs --blocks timed
 blocks of 2k steps, in turns with the others; its time is the median block's, and the table
 shows the spread (fastest and slowest block), so a block that another process slowed neither
 moves the figure nor hides.
@@ -82,18 +84,18 @@ def run_cell(model, workers, servers, nic, compute_ms, k, blocks, timeout):
         sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
         raise RuntimeError("the %s cell with %d workers and %d servers failed (exit code %d)"
                            % (model, workers, servers, proc.returncode))
-    tau = sum(r["compute_ms"] for r in jobs.values()) / len(jobs)
-    model_costs = timemodel.calibrate(tau, costs["phi_ms"], costs["psi_plus_delta_ms"],
-                                      pull_round_ms=costs.get("psi_pull_plus_delta_ms"))
-    predicted = timemodel.predict(model_costs, k)
+    tau = sum(j["tau_ms"] for j in costs["jobs"]) / len(costs["jobs"])
     comm_cd = timemodel.cd_communication(costs["phi_ms"], costs["psi_plus_delta_ms"], k)
+    served = [j["server_cpu_ms"] for j in costs["jobs"]]
     cell = {"model": model, "workers": workers, "servers": servers, "nic": nic, "compute_ms_emulated": compute_ms,
             "k": k, "tau_ms": tau, "phi_ms": costs["phi_ms"], "psi_plus_delta_ms": costs["psi_plus_delta_ms"],
             "psi_pull_plus_delta_ms": costs.get("psi_pull_plus_delta_ms"), "cdsgd_comm_ms": comm_cd,
-            "server_cpu_ms": jobs["cdsgd"].get("server_cpu_ms_job"),
+            # each algorithm on its own default buckets: a job per bucket size, its own rounds alone
+            "jobs": costs["jobs"],
+            "server_cpu_ms": None if None in served else max(served),  # the busier job's: an upper bound
             "iter_ms": {a: jobs[a]["iter_ms"] for a in ALGORITHMS},  # the median block's
             "blocks_ms": {a: jobs[a]["cycle_iter_ms"] for a in ALGORITHMS},
-            "model_ms": {a: predicted[a] for a in ALGORITHMS if a in predicted},
+            "model_ms": {a: costs["model_ms"][a] for a in ALGORITHMS if a in costs["model_ms"]},
             "worker_cpu_ms": {a: jobs[a].get("worker_cpu_ms") for a in ALGORITHMS}}
     jobs_ms = stock_rounds(model, workers, servers, nic, max(2 * k, 10), blocks, timeout)
     cell["stock_round_ms"] = {s: statistics.median(ms) for s, ms in jobs_ms.items()}
@@ -149,6 +151,10 @@ def print_cell(cell):
               cell["phi_ms"], cell["psi_plus_delta_ms"],
               "%.1f" % cell["psi_pull_plus_delta_ms"] if cell["psi_pull_plus_delta_ms"] is not None else "-",
               "%.1f" % cell["server_cpu_ms"] if cell["server_cpu_ms"] is not None else "-"))
+    for j in cell.get("jobs", []):
+        if "cdsgd" not in j["algorithms"]:
+            print("  %s in a job of their own (buckets of %d values): fp32 round alone %.1f ms" % (
+                ", ".join(j["algorithms"]), j["bucket_size"], j["phi_ms"]))
     print("  %-12s %10s %15s %10s %8s %14s %10s" % ("algorithm", "iter ms", "blocks min-max", "model ms", "/model",
                                                      "worker CPU ms", "cores busy"))
     for a in ALGORITHMS:

@@ -124,7 +124,8 @@ def summarize_case(model, batch, bandwidth, rows, k, algorithms=ALGORITHMS):
     runs = {r["job"]: r for r in rows if r.get("job") in algorithms}
     tau = sum(runs[a]["compute_ms"] for a in ALGORITHMS) / len(ALGORITHMS)
     costs = timemodel.calibrate(tau, comm["phi_ms"], comm["psi_plus_delta_ms"])
-    predicted = timemodel.predict(costs, k)
+    # interleaved: a job per bucket size, each algorithm's model from its own job's rounds
+    predicted = comm.get("model_ms") or timemodel.predict(costs, k)
     measured = {a: runs[a]["iter_ms"] for a in algorithms if a in runs}
     # interleaved: the same speedup cycle by cycle (each cycle ran every algorithm once)
     cycles = {a: r["cycle_iter_ms"] for a, r in runs.items() if "cycle_iter_ms" in r}

@@ -66,11 +66,13 @@ def test_interleaved_schedule_runs_each_segment_as_its_algorithm():
 
 
 def test_interleaved_job_runs_every_algorithm_by_its_schedule():
-    """One job, the four algorithms taking turns: what each pushed per timed step proves the
-    switch (fp32 for S-SGD and OD-SGD, codes for BIT-SGD, one correction in k for CD-SGD)."""
+    """One job (--bucket-size: every algorithm on the same buckets), the four algorithms taking
+    turns: what each pushed per timed step proves the switch (fp32 for S-SGD and OD-SGD, codes
+    for BIT-SGD, one correction in k for CD-SGD)."""
     k = 3
     cmd = [sys.executable, "-m", "cdsgd_mx.bench.overlap", "--params", "2e5", "--iterations", "12",
-           "--warmup", "2", "--k", str(k), "--compute-iterations", "1", "--interleaved", "--json"]
+           "--warmup", "2", "--k", str(k), "--compute-iterations", "1", "--interleaved", "--json",
+           "--bucket-size", "65536"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
@@ -81,6 +83,7 @@ def test_interleaved_job_runs_every_algorithm_by_its_schedule():
     assert "commit" in made and made["numerics"]["mode"] in ("native", "portable")
     jobs = {r["job"]: r for r in rows if "job" in r}
     assert sorted(jobs) == ["bitsgd", "cdsgd", "odsgd", "ssgd"] and all(r["interleaved"] for r in jobs.values())
+    assert all(r["bucket_size"] == 65536 for r in jobs.values())
     fp32 = 4 * jobs["ssgd"]["params"]
     assert fp32 <= jobs["ssgd"]["bytes_per_step"] < 1.01 * fp32  # + the proofs
     assert jobs["odsgd"]["bytes_per_step"] == jobs["ssgd"]["bytes_per_step"]
@@ -91,6 +94,7 @@ def test_interleaved_job_runs_every_algorithm_by_its_schedule():
     assert all(len(r["cycle_iter_ms"]) == 2 and r["iter_ms"] > 0 for r in jobs.values())
     comm = next(r for r in rows if "phi_ms" in r)
     assert comm["phi_ms"] > 0 and comm["psi_plus_delta_ms"] > 0
+    assert [j["algorithms"] for j in comm["jobs"]] == [["ssgd", "bitsgd", "odsgd", "cdsgd"]]
 
 
 def test_emulated_compute_on_emulated_hosts(tmp_path):
@@ -150,6 +154,10 @@ def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     cell = json.loads(out.read_text())["cells"][0]
     assert (cell["model"], cell["workers"], cell["servers"], cell["nic"]) == ("lenet5", 2, 1, "100mbit")
+    # each algorithm on its default buckets: S-SGD and OD-SGD in a job of their own
+    assert [(j["bucket_size"], j["algorithms"]) for j in cell["jobs"]] == [
+        (1 << 16, ["ssgd", "odsgd"]), (1 << 20, ["bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"])]
+    assert cell["phi_ms"] == cell["jobs"][1]["phi_ms"]  # CD-SGD's corrections: its own job's fp32 round
     assert 19 <= cell["tau_ms"] <= 35 and cell["psi_plus_delta_ms"] < cell["phi_ms"], cell
     for alg in ("ssgd", "bitsgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit", "stock_fp32", "stock_2bit"):
         # three timed blocks (stock: jobs) each, the figure their median, the table their spread
