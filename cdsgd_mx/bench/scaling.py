@@ -92,7 +92,7 @@ def run_cell(model, workers, servers, nic, compute_ms, k, blocks, timeout):
             "psi_pull_plus_delta_ms": costs.get("psi_pull_plus_delta_ms"), "cdsgd_comm_ms": comm_cd,
             # each algorithm on its own default buckets: a job per bucket size, its own rounds alone
             "jobs": costs["jobs"],
-            "server_cpu_ms": None if None in served else max(served),  # the busier job's: an upper bound
+            "server_cpu_ms": None if None in served else max(served),  # the busier job's
             "iter_ms": {a: jobs[a]["iter_ms"] for a in ALGORITHMS},  # the median block's
             "blocks_ms": {a: jobs[a]["cycle_iter_ms"] for a in ALGORITHMS},
             "model_ms": {a: costs["model_ms"][a] for a in ALGORITHMS if a in costs["model_ms"]},
@@ -109,13 +109,18 @@ def run_cell(model, workers, servers, nic, compute_ms, k, blocks, timeout):
 
 def cpu_busy(cell):
     """Per algorithm, the share of this machine's cores the cell's nodes kept busy a step: the W
-    workers' CPU and S times the busiest server's (over the whole job: an upper bound) over
-    cores x the step's time. Near 1 the cell measures this machine's cores, not the network:
-    on a cluster every node has cores of its own. None where a node's CPU was not reported."""
-    server = cell["server_cpu_ms"]
-    return {a: None if server is None or cell["worker_cpu_ms"].get(a) is None else  # not reported: unknown
-            (cell["workers"] * cell["worker_cpu_ms"][a] + cell["servers"] * server) / (cell["cores"] * cell["iter_ms"][a])
-            for a in ALGORITHMS}
+    workers' CPU and S times the busiest server's (over the whole job that ran the algorithm:
+    an upper bound) over cores x the step's time. Near 1 the cell measures this machine's cores,
+    not the network: on a cluster every node has cores of its own. None where a node's CPU was
+    not reported."""
+    busy = {}
+    for a in ALGORITHMS:
+        job = next((j for j in cell.get("jobs", []) if a in j["algorithms"]), None)
+        server = job["server_cpu_ms"] if job else cell["server_cpu_ms"]
+        worker = cell["worker_cpu_ms"].get(a)
+        busy[a] = None if server is None or worker is None else \
+            (cell["workers"] * worker + cell["servers"] * server) / (cell["cores"] * cell["iter_ms"][a])
+    return busy
 
 
 def verdict(cell):

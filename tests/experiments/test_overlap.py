@@ -195,6 +195,13 @@ def test_a_cell_whose_nodes_fill_the_cores_is_called_cpu_bound():
     cell["iter_ms"]["cdsgd"] = 1000.0  # the same CPU in a long step: the network's cell, and slow
     cell["cpu_busy"] = scaling.cpu_busy(cell)
     assert "CPU-bound" not in scaling.verdict(cell) and "not faster than bitsgd" in scaling.verdict(cell)
+    # a job per bucket size: each algorithm counts the servers of the job that ran it
+    cell["iter_ms"]["cdsgd"] = 150.0
+    cell["jobs"] = [{"algorithms": ["ssgd", "odsgd"], "server_cpu_ms": 80.0},
+                    {"algorithms": ["bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"], "server_cpu_ms": 35.0}]
+    busy = scaling.cpu_busy(cell)
+    assert abs(busy["cdsgd"] - (16 * 12 + 4 * 35) / (2 * 150)) < 1e-9
+    assert abs(busy["ssgd"] - (16 * 12 + 4 * 80) / (2 * 400)) < 1e-9
 
 
 def test_a_cut_parameter_that_mkldnn_keeps_blocked_still_gets_its_weights(tmp_path):
