@@ -272,6 +272,13 @@ def test_the_scaling_answers_are_their_raw_files():
                                                both[3], 100 * slow[3]["cpu_busy"]["cdsgd_2bit"]) in page
     assert both[2] > 1.15 and slow[3]["cpu_busy"]["cdsgd_2bit"] >= scaling.CPU_BOUND  # "missed at 8, not told at 16"
     assert "0.24-0.46 of BIT-SGD's step" in page and span(t(slow, "bitsgd_2bit", "bitsgd"), "%.2f") == "0.24-0.46"
+    answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
+    assert "CD-SGD's step takes %s of stock fp32's and %s of BIT-SGD's (faster at 2 workers only" % (
+        span(t(slow, "cdsgd", "stock_fp32"), "%.2f"), span(vs_bit, "%.2f")) in answers
+    assert "it beats BIT-SGD by %.0f%% at 2 workers" % (100 * gain) in answers
+    assert "at 1 Gbit/s CD-SGD's step is %sx stock fp32's and %sx BIT-SGD's" % (
+        span(t(slow, "cdsgd", "stock_fp32"), "%.2f"), span(vs_bit, "%.2f")) in README
+    assert "at 10 Gbit/s %.0f%% faster than BIT-SGD with 2 workers" % (100 * gain) in README
 
 
 def test_both_ways_ratios_on_the_shared_link_are_the_checks():
