@@ -46,7 +46,7 @@ HOSTS = section(PERFORMANCE, "## A round on per-host NICs, against stock MXNet")
 
 def host_cells():
     """One dict per (model, workers, servers) cell of the section's raw JSON files."""
-    files = sorted({p.with_suffix(".json") for p in raw_files(HOSTS, "comm-hosts-*.txt")})
+    files = sorted({p.with_suffix(".json") for p in raw_files(HOSTS, "comm-hosts-[0-9]*.txt")})
     assert len(files) == 4, files
     cells = []
     for path in files:
@@ -97,6 +97,43 @@ def test_the_per_host_ranges_are_the_tables():
     assert "our fp32 round %sx stock fp32's, our 2-bit round %sx MXNet's own 2-bit; our rounds %sx the full-duplex " \
         "bound, stock's %sx" % (span(fp32, "%.2f"), span(two_bit, "%.2f"), span(ours, "%.2f"), span(stock, "%.2f")) \
         in " ".join(README.split())
+
+
+def test_the_resnet50_rounds_are_their_raw_files():
+    text = section(HOSTS, "### ResNet-50")
+    files = sorted({p.with_suffix(".json") for p in raw_files(text, "comm-hosts-resnet50-*.txt")})
+    assert len(files) == 4, files
+    table = {r[0]: r[1:] for r in rows(text)}
+    fp32, two_bit, ours, stock = [], [], [], []
+    for path in files:
+        record = json.loads(path.read_text())
+        (run,) = record["runs"]
+        m = {s: r["ms"] for s, r in run["systems"].items()}
+        f, t = run["fp32_bound_ms"], run["2bit_bound_ms"]
+        assert table["%d, %d" % (record["workers"], record["servers"])] == \
+            ["%.1f" % v for v in (m["stock_fp32"], m["ssgd"], m["stock_2bit"], m["bitsgd"], f, t)] + \
+            ["%.2f" % v for v in (m["ssgd"] / m["stock_fp32"], m["bitsgd"] / m["stock_2bit"], m["ssgd"] / f,
+                                  m["bitsgd"] / t, m["stock_fp32"] / f, m["stock_2bit"] / t)], path
+        fp32.append(m["ssgd"] / m["stock_fp32"])
+        two_bit.append(m["bitsgd"] / m["stock_2bit"])
+        ours.append((record["workers"], m["ssgd"] / f, m["bitsgd"] / t))
+        stock.append((record["workers"], m["stock_fp32"] / f, m["stock_2bit"] / t))
+    page = " ".join(text.replace("**", "").split())
+    assert "our fp32 round takes %sx stock fp32's (the goal of 0.9x is met in no cell" % span(fp32, "%.2f") in page
+    assert min(fp32) > 0.9 and min(two_bit) > 0.9
+    assert "our 2-bit round %sx MXNet's 2-bit (met in none)" % span(two_bit, "%.2f") in page
+    answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
+    assert "On ResNet-50 our fp32 round takes %sx stock's and our 2-bit round %sx MXNet's: the 0.9x goal is met in " \
+        "none" % (span(fp32, "%.2f"), span(two_bit, "%.2f")) in answers
+    at = lambda cells, w: [x for c in cells if c[0] == w for x in c[1:]]
+    assert "ours %sx, stock %sx at 2 workers" % (span(at(ours, 2), "%.2f"), span(at(stock, 2), "%.2f")) in page
+    assert "At 4 workers our fp32 round and stock's both take %sx it, where the 2-bit rounds stay at %sx" % (
+        span([c[1] for c in ours + stock if c[0] == 4], "%.2f"),
+        span([c[2] for c in ours + stock if c[0] == 4], "%.2f")) in page
+    within = lambda cells, i: sum(1 for c in cells if c[i] <= 1.2)
+    assert "The fp32 round within 1.2x of the bound: %d of our 4, %d of stock's 4; the 2-bit round: %s of ours, " \
+        "%d of MXNet's 4" % (within(ours, 1), within(stock, 1), "all 4" if within(ours, 2) == 4 else within(ours, 2),
+                             within(stock, 2)) in page
 
 
 # --- the speed check, and the shared link's round from the same run -------------------------
