@@ -234,19 +234,23 @@ def interleaved(args, net, trainer, fwd_bwd):
         return first
 
     def comm_round(algorithm):
-        begin(algorithm)
+        begin(algorithm)  # (cdsgd_2bit: a segment's first step is its correction)
         mark_fresh(trainer)  # the gradients are written by hand, or kept from the last step
         # together: a worker still pulling the last round (one of N out of the server's NIC
         # goes last) would count its lag into the next round's cost
         kv.barrier()
         t0 = time.perf_counter()
         trainer.step(args.batch)
+        trainer.wait_all()  # (a delayed step leaves its round in flight)
         mx.nd.waitall()
         return 1e3 * (time.perf_counter() - t0)
 
     for algorithm in algorithms:  # untimed: every path once (first calls, allocations)
         run_block(algorithm, max(2, args.warmup))
-    kinds = ("ssgd", "bitsgd") + (("bitsgd_2bit",) if kv.pull_compression == "2bit" else ())
+    # the rounds alone: fp32 (phi), 2-bit (psi + delta), with 2-bit pulls the 2-bit round
+    # both ways and, where CD-SGD both ways runs, its correction (fp32, V tracked: phi_pull)
+    kinds = ("ssgd", "bitsgd") + (("bitsgd_2bit",) if kv.pull_compression == "2bit" else ()) + \
+        (("cdsgd_2bit",) if "cdsgd_2bit" in algorithms else ())
     tau, comm = [], {kind: [] for kind in kinds}
     per_cycle = []
     steps_of = {a: [] for a in algorithms}
@@ -283,6 +287,7 @@ def interleaved(args, net, trainer, fwd_bwd):
             "cycles": cycles, "block": block, "tau_ms": statistics.mean(tau),
             "phi_ms": statistics.median(comm["ssgd"]), "psi_plus_delta_ms": statistics.median(comm["bitsgd"]),
             "psi_pull_plus_delta_ms": statistics.median(comm["bitsgd_2bit"]) if "bitsgd_2bit" in comm else None,
+            "phi_pull_ms": statistics.median(comm["cdsgd_2bit"]) if "cdsgd_2bit" in comm else None,
             # the median over cycles: a cycle that another process slowed moves it least
             "iter_ms": {a: statistics.median(t[a] for t in per_cycle) for a in algorithms},
             "cycle_iter_ms": per_cycle,
@@ -335,7 +340,7 @@ def interleaved_results(args):
         r = run_job(launch_cmd(group, "cdsgd", ["--interleaved"] + extra), "interleaved")
         jobs.append({"algorithms": algorithms, "bucket_size": size, "tau_ms": r["tau_ms"], "phi_ms": r["phi_ms"],
                      "psi_plus_delta_ms": r["psi_plus_delta_ms"],
-                     "psi_pull_plus_delta_ms": r.get("psi_pull_plus_delta_ms"),
+                     "psi_pull_plus_delta_ms": r.get("psi_pull_plus_delta_ms"), "phi_pull_ms": r.get("phi_pull_ms"),
                      "server_cpu_ms": r["server_cpu_ms"], "cycles": r["cycles"], "block": r["block"]})
         for alg, ms in r["iter_ms"].items():
             results[alg] = {"algorithm": alg, "model": r["model"], "batch": r["batch"], "workers": r["workers"],
@@ -362,7 +367,8 @@ def predictions(jobs, k):
     predicted = {}
     for j in jobs:
         costs = timemodel.calibrate(j["tau_ms"], j["phi_ms"], j["psi_plus_delta_ms"],
-                                    pull_round_ms=j.get("psi_pull_plus_delta_ms"))
+                                    pull_round_ms=j.get("psi_pull_plus_delta_ms"),
+                                    correction_pull_round_ms=j.get("phi_pull_ms"))
         predicted.update({a: ms for a, ms in timemodel.predict(costs, k).items() if a in j["algorithms"]})
     return predicted
 
@@ -406,6 +412,8 @@ def leader(args):
         costs = {"phi_ms": phi, "psi_plus_delta_ms": psi, "cdsgd_comm_ms": comm_cd}
         if psi_pull is not None:
             costs["psi_pull_plus_delta_ms"] = psi_pull
+        if args.interleaved and main_job.get("phi_pull_ms") is not None:
+            costs["phi_pull_ms"] = main_job["phi_pull_ms"]
         if args.interleaved:
             costs.update(jobs=jobs, model_ms=predicted)
         print(json.dumps(costs), flush=True)
@@ -423,6 +431,8 @@ def leader(args):
                                                                    timemodel.cd_communication(jphi, jpsi, args.k)))
         if j and j["psi_pull_plus_delta_ms"] is not None:
             print("2-bit round with a 2-bit pull (psi_pull + delta) %.1f ms" % j["psi_pull_plus_delta_ms"])
+        if j and j.get("phi_pull_ms") is not None:
+            print("CD-SGD's correction with 2-bit pulls (phi_pull: fp32, V tracked) %.1f ms" % j["phi_pull_ms"])
     print("%-11s %12s %16s %12s %16s %18s %18s" % ("algorithm", "iter ms", "model (eqs 2-7)", "compute ms",
                                                   "pushed KB/step", "worker CPU ms/step", "server CPU ms/step"))
     for alg, r in results.items():

@@ -90,6 +90,7 @@ def run_cell(model, workers, servers, nic, compute_ms, k, blocks, timeout):
     cell = {"model": model, "workers": workers, "servers": servers, "nic": nic, "compute_ms_emulated": compute_ms,
             "k": k, "tau_ms": tau, "phi_ms": costs["phi_ms"], "psi_plus_delta_ms": costs["psi_plus_delta_ms"],
             "psi_pull_plus_delta_ms": costs.get("psi_pull_plus_delta_ms"), "cdsgd_comm_ms": comm_cd,
+            "phi_pull_ms": costs.get("phi_pull_ms"),  # CD-SGD both ways' correction round alone
             # each algorithm on its own default buckets: a job per bucket size, its own rounds alone
             "jobs": costs["jobs"],
             "server_cpu_ms": None if None in served else max(served),  # the busier job's
@@ -156,6 +157,8 @@ def print_cell(cell):
               cell["phi_ms"], cell["psi_plus_delta_ms"],
               "%.1f" % cell["psi_pull_plus_delta_ms"] if cell["psi_pull_plus_delta_ms"] is not None else "-",
               "%.1f" % cell["server_cpu_ms"] if cell["server_cpu_ms"] is not None else "-"))
+    if cell.get("phi_pull_ms") is not None:
+        print("  CD-SGD both ways' correction alone (fp32, V tracked: phi_pull) %.1f ms" % cell["phi_pull_ms"])
     for j in cell.get("jobs", []):
         if "cdsgd" not in j["algorithms"]:
             print("  %s in a job of their own (buckets of %d values): fp32 round alone %.1f ms" % (

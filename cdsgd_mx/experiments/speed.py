@@ -132,6 +132,7 @@ def summarize_case(model, batch, bandwidth, rows, k, algorithms=ALGORITHMS):
     per_cycle = {a: [b / t - 1 for b, t in zip(cycles["bitsgd"], ts)] for a, ts in cycles.items() if a != "bitsgd"}
     made = next((r["provenance"] for r in rows if "provenance" in r), None)  # bench.overlap's first line
     return {"per_cycle_speedup_over_bitsgd": per_cycle, "timing": "interleaved" if cycles else "separate",
+            "jobs": len(comm.get("jobs", [None])),  # interleaved: one job per bucket size
             "provenance": made,
             "model": model, "batch": batch, "bandwidth": bandwidth, "params": next(iter(runs.values()))["params"],
             "tau_ms": tau, "phi_ms": comm["phi_ms"], "psi_plus_delta_ms": comm["psi_plus_delta_ms"],

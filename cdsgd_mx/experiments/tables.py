@@ -152,8 +152,12 @@ def table_speed(exp, cases, quick, workers):
             c["measured_ms"]["bitsgd"]))
     cycled = [c for c in cases if c.get("per_cycle_speedup_over_bitsgd")]
     if cycled:
-        lines += ["", "Timed in one job per case, the algorithms taking turns in blocks (bench.overlap "
-                  "--interleaved): every algorithm ran on the same processes, cycle after cycle. Cycle by cycle:", "",
+        split = any(c.get("jobs", 1) > 1 for c in cycled)
+        lines += ["", ("Timed in one job per case and bucket size, the algorithms taking turns in blocks (bench.overlap "
+                       "--interleaved; S-SGD and OD-SGD on their own 2^16-value buckets in a job of their own): "
+                       "cycle after cycle. Cycle by cycle:") if split else
+                  ("Timed in one job per case, the algorithms taking turns in blocks (bench.overlap "
+                   "--interleaved): every algorithm ran on the same processes, cycle after cycle. Cycle by cycle:"), "",
                   "| model | batch | link | CD-SGD over BIT-SGD | CD-SGD over S-SGD |", "|---|---|---|---|---|"]
         for c in cycled:
             pc = c["per_cycle_speedup_over_bitsgd"]

@@ -7,7 +7,9 @@ time compression costs. All in the same unit (ms in this project).
 2 bits both ways (issue 29) adds psi_pull: the compressed communication per iteration when the
 pull is 2-bit too (a compressed round's push and pull, with the servers' and the workers'
 codec work in it). With pull=True a compressed iteration costs delta + psi_pull instead of
-delta + psi; CD-SGD's corrections stay fp32 both ways (phi).
+delta + psi; CD-SGD's corrections stay fp32 both ways and cost phi_pull where it was measured:
+the correction round as it runs with 2-bit pulls (fp32 push and pull, and both sides move V by
+the codes of W - V), else phi.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -20,9 +22,11 @@ class Costs:
     psi: float    # 2-bit communication per iteration
     delta: float  # compression overhead per iteration
     psi_pull: Optional[float] = None  # 2-bit communication per iteration with 2-bit pulls too
+    phi_pull: Optional[float] = None  # CD-SGD's correction round with 2-bit pulls (V tracked)
 
     def __post_init__(self):
-        for name in ("tau", "phi", "psi", "delta") + (("psi_pull",) if self.psi_pull is not None else ()):
+        for name in ("tau", "phi", "psi", "delta") + tuple(n for n in ("psi_pull", "phi_pull")
+                                                           if getattr(self, n) is not None):
             value = getattr(self, name)
             if not value >= 0:
                 raise ValueError("%s must be a number >= 0, got %r" % (name, value))
@@ -53,7 +57,9 @@ def t_bit(c, pull=False):
 
 def phi_cd(c, i, k, pull=False):
     """eq. 6: CD-SGD's communication in iteration i: compressed unless i mod k == 0."""
-    return c.delta + c.compressed(pull) if i % k != 0 else c.phi
+    if i % k != 0:
+        return c.delta + c.compressed(pull)
+    return c.phi_pull if pull and c.phi_pull is not None else c.phi
 
 
 def t_cd(c, i, k, pull=False):
@@ -95,14 +101,17 @@ def predict(c, k):
     return out
 
 
-def calibrate(compute_ms, fp32_round_ms, compressed_round_ms, compress_ms=0.0, pull_round_ms=None):
+def calibrate(compute_ms, fp32_round_ms, compressed_round_ms, compress_ms=0.0, pull_round_ms=None,
+              correction_pull_round_ms=None):
     """Costs from measurements: tau = forward/backward alone; phi = an fp32 round alone;
     psi = a 2-bit round alone minus the compression time in it; delta = that compression time
     (quantize + wire encode; from the codec benchmark or a trace); psi_pull = a 2-bit round
-    with a 2-bit pull alone, minus the same."""
+    with a 2-bit pull alone, minus the same; phi_pull = CD-SGD's correction round with 2-bit
+    pulls alone (None: phi)."""
     psi = max(0.0, compressed_round_ms - compress_ms)
     psi_pull = None if pull_round_ms is None else max(0.0, pull_round_ms - compress_ms)
-    return Costs(tau=compute_ms, phi=fp32_round_ms, psi=psi, delta=compress_ms, psi_pull=psi_pull)
+    return Costs(tau=compute_ms, phi=fp32_round_ms, psi=psi, delta=compress_ms, psi_pull=psi_pull,
+                 phi_pull=correction_pull_round_ms)
 
 
 def choose_k(c, tolerance=0.05, k_max=64, pull=False):

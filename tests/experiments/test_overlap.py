@@ -158,6 +158,14 @@ def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
     assert [(j["bucket_size"], j["algorithms"]) for j in cell["jobs"]] == [
         (1 << 16, ["ssgd", "odsgd"]), (1 << 20, ["bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"])]
     assert cell["phi_ms"] == cell["jobs"][1]["phi_ms"]  # CD-SGD's corrections: its own job's fp32 round
+    # CD-SGD both ways' corrections cost their own round alone (fp32, V tracked), in its model
+    from cdsgd_mx.experiments import timemodel
+    job = cell["jobs"][1]
+    assert cell["phi_pull_ms"] == job["phi_pull_ms"] > 0
+    costs = timemodel.calibrate(job["tau_ms"], job["phi_ms"], job["psi_plus_delta_ms"],
+                                pull_round_ms=job["psi_pull_plus_delta_ms"], correction_pull_round_ms=job["phi_pull_ms"])
+    assert cell["model_ms"]["cdsgd_2bit"] == pytest.approx(timemodel.predict(costs, 5)["cdsgd_2bit"])
+    assert "CD-SGD both ways' correction alone (fp32, V tracked: phi_pull)" in proc.stdout
     assert 19 <= cell["tau_ms"] <= 35 and cell["psi_plus_delta_ms"] < cell["phi_ms"], cell
     for alg in ("ssgd", "bitsgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit", "stock_fp32", "stock_2bit"):
         # three timed blocks (stock: jobs) each, the figure their median, the table their spread

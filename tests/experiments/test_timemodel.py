@@ -74,3 +74,16 @@ def test_a_2bit_pull_term():
     with pytest.raises(ValueError, match="psi_pull"):
         tm.t_bit(tm.calibrate(10.0, 100.0, 60.0), pull=True)
     assert "bitsgd_2bit" not in tm.predict(tm.calibrate(10.0, 100.0, 60.0), 5)
+
+
+def test_cdsgd_both_ways_corrections_cost_their_own_round():
+    """phi_pull: CD-SGD's correction with 2-bit pulls (fp32 both ways, V tracked on both sides)
+    costs what it was measured to cost alone; one-way CD-SGD and the other algorithms keep phi."""
+    c = tm.calibrate(10.0, 100.0, 60.0, compress_ms=5.0, pull_round_ms=15.0, correction_pull_round_ms=130.0)
+    assert c.phi_pull == 130.0
+    assert [tm.phi_cd(c, i, 5, pull=True) for i in range(5)] == [130.0] + [15.0] * 4
+    assert [tm.phi_cd(c, i, 5) for i in range(5)] == [100.0] + [60.0] * 4
+    p = tm.predict(c, 5)
+    assert p["cdsgd_2bit"] == (4 * 15.0 + 130.0) / 5 and p["cdsgd"] == (4 * 60 + 100) / 5 and p["ssgd"] == 110.0
+    with pytest.raises(ValueError, match="phi_pull must be a number >= 0"):
+        tm.Costs(tau=1, phi=1, psi=1, delta=1, phi_pull=-1)
