@@ -88,7 +88,8 @@ def worker(args):
     net.initialize(mx.init.Xavier())
     net(mx.nd.zeros((1,) + shape))  # deferred shapes known before the trainer sees the parameters
     net.hybridize()
-    name = ("interleaved-%d" % bucket_size(args)) if args.interleaved else args.algorithm
+    # (--interleaved: the leader gives each job its group's bucket size, bucket_groups)
+    name = ("interleaved-%d" % args.bucket_size) if args.interleaved else args.algorithm
     trace = os.path.join(args.trace_dir, "%s.json" % name) if args.trace_dir else "/dev/null"
     # interleaved: built as cdsgd (every buffer), the schedule says what each step runs
     # (with a 2-bit pull algorithm among them, every compressed push carries the pull flag and
@@ -98,7 +99,7 @@ def worker(args):
                                algorithm="cdsgd" if args.interleaved else args.algorithm, k=args.k,
                                warmup_steps=0 if args.interleaved else args.warmup,
                                threshold=args.threshold, trace=trace, pull_compression=pull,
-                               bucket_size=bucket_size(args))
+                               bucket_size=args.bucket_size or None)  # None: the algorithm's default
     kv = trainer.kvstore
     x = mx.nd.array(np.random.RandomState(kv.rank).randn(args.batch, *shape).astype(np.float32))
     y = mx.nd.array(np.random.RandomState(kv.rank).randint(0, classes, args.batch).astype(np.float32))
@@ -159,16 +160,6 @@ def worker(args):
             # and Python per step (with real compute it includes forward/backward)
             "worker_cpu_ms": 1e3 * (cpu[-1] - cpu[first]) / (len(cpu) - 1 - first) if cpu else None,
             "bytes_per_step": kv.bytes_pushed / args.iterations, "steps": kv.steps_done}), flush=True)
-
-
-def bucket_size(args):
-    """The job's bucket size: --bucket-size, else the default of its algorithm (--interleaved:
-    of its algorithms, which the leader grouped so that they share one)."""
-    from cdsgd_mx.worker.buckets import default_bucket_size
-    if args.bucket_size:
-        return args.bucket_size
-    algorithms = args.algorithms.split(",") if args.interleaved else [args.algorithm]
-    return max(default_bucket_size(a.replace("_2bit", "")) for a in algorithms)
 
 
 def bucket_groups(args):
