@@ -79,6 +79,8 @@ def run_job(args, model, label, system):
         result["spans"] = [span_medians(trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"]),
                                         WARMUP_ROUNDS)
                            for r in result["workers"]]
+        result["pull_spread"] = pull_spread([trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"])
+                                             for r in result["workers"]], WARMUP_ROUNDS)
     found_stages = stages.reports(proc.stdout)
     if found_stages:  # the busiest server's compressed rounds, stage by stage: ms per round of the job
         rounds = WARMUP_ROUNDS + args.rounds * (2 if system in ALTERNATING else 1)
@@ -111,3 +113,29 @@ def span_medians(path, first_step):
             steps.add(step)
     # a step without the span counts as 0 ms of it
     return {name: statistics.median([d.get(t, 0.0) for t in sorted(steps)]) for name, d in per_step.items()}
+
+
+def pull_ends(path, first_step):
+    """{step: when the worker's last pull of that step landed}, in seconds of the machine's
+    monotonic clock (the trace's origin plus the span's end), steps >= first_step."""
+    with open(path) as f:
+        trace = json.load(f)
+    origin = trace["otherData"]["perf_counter_origin_s"]
+    ends = {}
+    for e in trace["traceEvents"]:
+        step = e.get("args", {}).get("step")
+        if e.get("ph") == "X" and e["name"] == "pull" and step is not None and step >= first_step:
+            ends[step] = max(ends.get(step, 0.0), origin + (e["ts"] + e["dur"]) / 1e6)
+    return ends
+
+
+def pull_spread(paths, first_step):
+    """How far apart the workers' rounds end: per step, the last worker's pull landing minus the
+    first's (ms). {"median_ms", "max_ms", "steps"}: a server that sends one worker's pulls whole
+    before the next's shows here as a spread near a worker's share of the round."""
+    ends = [pull_ends(p, first_step) for p in paths]
+    steps = sorted(set.intersection(*(set(e) for e in ends)))
+    if not steps:
+        return None
+    spread = [1e3 * (max(e[t] for e in ends) - min(e[t] for e in ends)) for t in steps]
+    return {"median_ms": statistics.median(spread), "max_ms": max(spread), "steps": len(steps)}

@@ -4,6 +4,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -144,6 +145,10 @@ def test_both_ways_systems_pull_a_quarter_byte_per_value(tmp_path):
     assert len(spans) == 2 and all(s["decode pull"] > 0 and s["quantize"] > 0 for s in spans)
     assert "decode pull" not in run["systems"]["bitsgd"]["spans"][0]
     assert "where the rounds went" in proc.stdout and "lenet5 none bitsgd_2bit rank 1: " in proc.stdout
+    # the workers' traces share one clock: how far apart their rounds end, per traced job
+    spread = run["systems"]["bitsgd"]["pull_spread"]
+    assert spread["steps"] >= 1 and 0 <= spread["median_ms"] <= spread["max_ms"]
+    assert "how far apart the workers' rounds end" in proc.stdout and "lenet5 none bitsgd: " in proc.stdout
 
 
 def test_span_medians_take_each_timed_step_total_and_count_a_missing_span_as_zero(tmp_path):
@@ -159,6 +164,34 @@ def test_span_medians_take_each_timed_step_total_and_count_a_missing_span_as_zer
     assert got["step"] == pytest.approx(13.5)
     assert got["decode pull"] == pytest.approx(0.5)  # 0, 0, 1, 3 ms
     assert "resend" not in got  # only before the timed steps
+
+
+def test_pull_spread_lays_the_workers_traces_on_one_clock(tmp_path):
+    """Each worker's spans count from its own origin; the spread of a step is the last worker's
+    last pull landing minus the first worker's, on the machine's clock."""
+    from cdsgd_mx.bench.comm_jobs import pull_spread
+    from cdsgd_mx.worker.trace import Tracer
+
+    def trace(name, origin_s, pulls):  # pulls: [(step, start ms, end ms)], two buckets a step
+        events = [{"name": "pull", "ph": "X", "ts": 1e3 * a, "dur": 1e3 * (b - a), "pid": 0, "tid": 0,
+                   "args": {"step": t}} for t, a, b in pulls]
+        events.append({"name": "step", "ph": "X", "ts": 0, "dur": 9e9, "pid": 0, "tid": 0, "args": {"step": 9}})
+        path = tmp_path / name
+        path.write_text(json.dumps({"traceEvents": events, "otherData": {"perf_counter_origin_s": origin_s}}))
+        return str(path)
+
+    # worker 0 started 1 s before worker 1: its times are 1000 ms larger for the same instant
+    w0 = trace("a.json", 100.0, [(0, 1000, 1010), (1, 1100, 1130), (1, 1100, 1150), (2, 1200, 1260)])
+    w1 = trace("b.json", 101.0, [(0, 0, 40), (1, 100, 120), (2, 200, 230), (2, 200, 240)])
+    got = pull_spread([w0, w1], first_step=1)  # steps 1 and 2: |150 - 120| = 30, |260 - 240| = 20
+    assert got["steps"] == 2 and got["median_ms"] == pytest.approx(25) and got["max_ms"] == pytest.approx(30)
+    # a Tracer writes its origin on the machine's monotonic clock
+    tracer = Tracer(str(tmp_path / "c.json"))
+    with tracer.span("pull", step=0):
+        pass
+    saved = json.loads(open(tracer.save()).read())
+    origin = saved["otherData"]["perf_counter_origin_s"]
+    assert origin <= time.perf_counter() and origin > time.perf_counter() - 60
 
 
 @pytest.mark.parametrize("args,message", [
