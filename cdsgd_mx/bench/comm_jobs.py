@@ -131,11 +131,16 @@ def pull_ends(path, first_step):
 
 def pull_spread(paths, first_step):
     """How far apart the workers' rounds end: per step, the last worker's pull landing minus the
-    first's (ms). {"median_ms", "max_ms", "steps"}: a server that sends one worker's pulls whole
-    before the next's shows here as a spread near a worker's share of the round."""
+    first's (ms), and how many times each worker (in the order of paths) was the last.
+    {"median_ms", "max_ms", "steps", "last"}: a server that sends one worker's pulls whole
+    before the next's shows here as a spread near a worker's share of the round, with the same
+    workers last every round."""
     ends = [pull_ends(p, first_step) for p in paths]
     steps = sorted(set.intersection(*(set(e) for e in ends)))
     if not steps:
         return None
     spread = [1e3 * (max(e[t] for e in ends) - min(e[t] for e in ends)) for t in steps]
-    return {"median_ms": statistics.median(spread), "max_ms": max(spread), "steps": len(steps)}
+    last = [0] * len(ends)
+    for t in steps:
+        last[max(range(len(ends)), key=lambda w: ends[w][t])] += 1
+    return {"median_ms": statistics.median(spread), "max_ms": max(spread), "steps": len(steps), "last": last}

@@ -95,12 +95,14 @@ def print_spans(args, results):
         print("\nwhere the rounds went (--trace %s): median ms per round of each span, timed rounds only" % args.trace)
         for line in lines:
             print(line)
-    lines = ["  %s %s %s: %.2f ms (at most %.2f) over %d rounds of %.1f ms" % (
-        model, link, system, r["pull_spread"]["median_ms"], r["pull_spread"]["max_ms"], r["pull_spread"]["steps"], r["ms"])
+    lines = ["  %s %s %s: %.2f ms (at most %.2f) over %d rounds of %.1f ms; last, rounds per worker: %s" % (
+        model, link, system, r["pull_spread"]["median_ms"], r["pull_spread"]["max_ms"], r["pull_spread"]["steps"], r["ms"],
+        " ".join(str(n) for n in r["pull_spread"]["last"]))
         for (model, link), res in results.items() for system, r in res.items()
         if isinstance(r, dict) and r.get("pull_spread")]
     if lines:
-        print("\nhow far apart the workers' rounds end (the last worker's pull landing minus the first's; median per round)")
+        print("\nhow far apart the workers' rounds end (the last worker's pull landing minus the first's; median per round),"
+              " and which worker was last")
         for line in lines:
             print(line)
     lines = ["  %s %s %s: %s" % (model, link, system, ", ".join(

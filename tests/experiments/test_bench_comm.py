@@ -147,7 +147,7 @@ def test_both_ways_systems_pull_a_quarter_byte_per_value(tmp_path):
     assert "where the rounds went" in proc.stdout and "lenet5 none bitsgd_2bit rank 1: " in proc.stdout
     # the workers' traces share one clock: how far apart their rounds end, per traced job
     spread = run["systems"]["bitsgd"]["pull_spread"]
-    assert spread["steps"] >= 1 and 0 <= spread["median_ms"] <= spread["max_ms"]
+    assert spread["steps"] >= 1 and 0 <= spread["median_ms"] <= spread["max_ms"] and sum(spread["last"]) == spread["steps"]
     assert "how far apart the workers' rounds end" in proc.stdout and "lenet5 none bitsgd: " in proc.stdout
 
 
@@ -185,6 +185,7 @@ def test_pull_spread_lays_the_workers_traces_on_one_clock(tmp_path):
     w1 = trace("b.json", 101.0, [(0, 0, 40), (1, 100, 120), (2, 200, 230), (2, 200, 240)])
     got = pull_spread([w0, w1], first_step=1)  # steps 1 and 2: |150 - 120| = 30, |260 - 240| = 20
     assert got["steps"] == 2 and got["median_ms"] == pytest.approx(25) and got["max_ms"] == pytest.approx(30)
+    assert got["last"] == [2, 0]  # worker 0's pulls landed last in both steps
     # a Tracer writes its origin on the machine's monotonic clock
     tracer = Tracer(str(tmp_path / "c.json"))
     with tracer.span("pull", step=0):
