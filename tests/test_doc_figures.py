@@ -337,3 +337,28 @@ def test_both_ways_ratios_on_the_shared_link_are_the_checks():
         ratio("inception_bn", "1gbit"), ratio("resnet20", "1gbit")) in page
     fast = sorted(float(ratio(m, "10gbit")) for m in MODEL)
     assert "At 10 Gbit/s a both-ways round takes %.2f-%.2f of a one-way round" % tuple(fast) in page
+
+
+# --- do workers wait behind each other's pulls? ---------------------------------------------
+
+def test_the_pull_spread_table_is_its_raw_file():
+    text = section(HOSTS, "### Do workers wait behind each other's pulls?")
+    (path,) = raw_files(text, "pull-spread-hosts-*.txt")
+    names = {"ssgd": "S-SGD", "bitsgd": "BIT-SGD", "cdsgd": "CD-SGD", "cdsgd_2bit": "CD-SGD both ways"}
+    expected, medians, fractions, most = [], [], [], []
+    for block in path.read_text().split("== W=")[1:]:
+        w, s = block.split("\n", 1)[0].split(" S=")
+        for m in re.finditer(r"inception_bn 1gbit/hosts (\w+): ([\d.]+) ms \(at most ([\d.]+)\) over (\d+) rounds "
+                             r"of ([\d.]+) ms; last, rounds per worker: ([\d ]+)", block):
+            system, median, top, n, round_ms, last = m.groups()
+            last = [int(x) for x in last.split()]
+            assert len(last) == int(w) and sum(last) == int(n)
+            expected.append(["%s, %s" % (w, s), names[system], round_ms, median, top,
+                             "%.2f" % (float(median) / float(round_ms)), "%d of %s" % (max(last), n)])
+            medians.append(float(median))
+            fractions.append(float(median) / float(round_ms))
+            most.append(max(last))
+    assert [r for r in rows(text)][1:] == expected
+    page = " ".join(text.split())
+    assert "no worker is last in more than %d of 15 rounds" % max(most) in page
+    assert "a median %s ms after the first's, %s of the round" % (span(medians, "%.0f"), span(fractions, "%.2f")) in page
