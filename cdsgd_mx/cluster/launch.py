@@ -60,6 +60,11 @@ from cdsgd_mx.cluster.processes import stopped_here
 from cdsgd_mx.cluster.shaping import RATE_RE, netem_unavailable, netns_prelude, netns_unavailable
 from cdsgd_mx.cluster.watchdog import Watchdog
 
+# settings every node gets from the launcher's environment, here or over ssh: the numerics every
+# node pins (numerics.py), the servers' stage and CPU report (bench.comm and bench.overlap ask for
+# it) and the servers' codec threads (server/node.py)
+FORWARDED = (numerics.ENV, stages.ENV, "CDSGD_SERVER_THREADS")
+
 SERVERS_ENV = "CDSGD_SERVERS"  # tells a worker whose servers these are: 'cdsgd' (ours) or 'stock' (worker/doors.py)
 
 EXIT_TIMEOUT = 124
@@ -250,10 +255,9 @@ def run_job(args, outcome=None):
         "PYTHONUNBUFFERED": "1", "CDSGD_RESTART": str(outcome["attempt"]),
         "CDSGD_RUN_ID": os.environ.get("CDSGD_RUN_ID", ""),
     }
-    if os.environ.get(numerics.ENV):  # over ssh too: every node pins the same numerics (numerics.py)
-        shared[numerics.ENV] = os.environ[numerics.ENV]
-    if os.environ.get(stages.ENV):  # the servers' stage and CPU report (bench.comm, bench.overlap ask)
-        shared[stages.ENV] = os.environ[stages.ENV]
+    for name in FORWARDED:  # over ssh too
+        if os.environ.get(name):
+            shared[name] = os.environ[name]
     if not hosts:
         shared["DMLC_NODE_HOST"] = host
         if (host.startswith("127.") or host == "localhost") and "DMLC_INTERFACE" not in os.environ:

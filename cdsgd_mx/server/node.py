@@ -76,6 +76,20 @@ START_MESSAGE = "cdsgd-start"  # rank 0's first message: it only makes MXNet cal
 CONTROLLER_COMMAND_ID = 0  # the only command id MXNet's C++ server hands to Python (kController)
 EXIT_SERVER_ERROR = 70
 EXIT_STOCK_WORKER = 78  # EX_CONFIG: a worker runs MXNet's own kvstore against our servers
+SERVER_THREADS = "CDSGD_SERVER_THREADS"
+
+
+def server_threads(environ=os.environ):
+    """Threads of the server's codec passes (decode and update, the pull's aim and encode):
+    CDSGD_SERVER_THREADS, default 1. On a server host with cores to spare, more cut those
+    passes (a 2^20-value bucket's both-ways passes 1.4x faster on 2 idle cores); where the
+    server shares its cores with workers (the emulated cluster on 2 cores) they gained nothing
+    (docs/performance.md). The results do not depend on the count: the codec splits work on
+    chunk boundaries and sums in a fixed order."""
+    value = environ.get(SERVER_THREADS, "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError("%s must be an integer >= 1, got %r" % (SERVER_THREADS, value))
+    return int(value)
 
 
 def die(context):
@@ -492,7 +506,8 @@ def run_node():
     if role == "server":
         try:
             secret = auth.job_secret()
-        except auth.SecretError as e:
+            codec.set_num_threads(server_threads())
+        except (auth.SecretError, ValueError) as e:
             sys.exit("cdsgd_mx server: %s" % e)
     heartbeat.start()  # to the launcher's watchdog, when it runs one: a stopped node falls silent
     kv = mx.kv.create("dist")
