@@ -362,3 +362,50 @@ def test_the_pull_spread_table_is_its_raw_file():
     page = " ".join(text.split())
     assert "no worker is last in more than %d of 15 rounds" % max(most) in page
     assert "a median %s ms after the first's, %s of the round" % (span(medians, "%.0f"), span(fractions, "%.2f")) in page
+
+
+# --- where a both-ways round's CPU goes ------------------------------------------------------
+
+def cpu_shares(raw, model):
+    """From the raw perf summary of `model`'s long job: {role: [(ms/s, {library: ms/s}, {function: ms/s})]}."""
+    block = raw.split("# 2) %s:" % model, 1)[1].split("# 2) ", 1)[0]
+    out = {}
+    lines = block.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"(worker|server) \(pid \d+\): (\d+) ms/s; by library: (.*)", line)
+        if m:
+            libs = {k: float(v) for k, v in (x.rsplit(" ", 1) for x in m.group(3).split(", "))}
+            top = {k: float(v) for k, v in (x.rsplit(" ", 1) for x in lines[i + 1].split("top: ", 1)[1].split("; "))}
+            out.setdefault(m.group(1), []).append((float(m.group(2)), libs, top))
+    return out
+
+
+def test_where_the_cpu_goes_is_its_raw_file():
+    text = section(PERFORMANCE, "### Where a both-ways round goes")
+    (path,) = raw_files(text, "cpu-per-round-*.txt")
+    raw = path.read_text()
+    page = " ".join(text.split())
+    shares = cpu_shares(raw, "inception_bn")
+    share = lambda role, lib: "%.0f%%" % (100 * statistics.mean(l[lib] / ms for ms, l, _ in shares[role]))
+    workers = [ms for ms, _, _ in shares["worker"]]
+    (server,) = [ms for ms, _, _ in shares["server"]]
+    idle = re.search(r"# 2\) inception_bn:.*?\nidle: (\d+) ms/s", raw, re.S).group(1)
+    assert "each worker used %s ms of CPU a second" % span(workers, "%.0f") in page
+    assert "the server %.0f ms" % server in page and "with %s ms a second of the 2 cores idle" % idle in page
+    assert ("the Python interpreter %s of its CPU, MXNet (its engine, ps-lite) %s, the kernel (TCP, thread wake-ups) "
+            "%s, this project's codec %s" % tuple(share("worker", lib) for lib in (
+                "libpython3.11.so.1.0", "libmxnet.so", "[kernel.kallsyms]", "_native.cpython-311-x86_64-l"))) in page
+    assert "libc %s" % share("worker", "libc.so.6") in page
+    assert ("the codec %s (decode and SGD step, the aim, the steps and the encode), the kernel %s, Python %s, MXNet %s"
+            % tuple(share("server", lib) for lib in ("_native.cpython-311-x86_64-l", "[kernel.kallsyms]",
+                                                      "libpython3.11.so.1.0", "libmxnet.so"))) in page
+    small = cpu_shares(raw, "resnet20")["worker"]
+    assert "its workers spend %.0f%% of their CPU in the interpreter, %.0f%% more in its garbage collector, and %.0f%% in " \
+        "the codec" % (100 * statistics.mean(l["libpython3.11.so.1.0"] / ms for ms, l, _ in small),
+                       100 * statistics.mean(t["gc_collect_main"] / ms for ms, _, t in small),
+                       100 * statistics.mean(l["_native.cpython-311-x86_64-l"] / ms for ms, l, _ in small)) in page
+    # the stage table's both-ways round and its bound are the raw table's
+    row = [c.strip() for c in re.search(r"^inception_bn \|.*1gbit/hosts.*$", raw, re.M).group(0).split("|")]
+    table = {r[1]: r for r in rows(text)}
+    assert table["the round (median, slower worker)"][2:] == [row[5], row[6]]
+    assert table["the wire bound (per host)"][2:] == [row[7], row[9]]
