@@ -238,22 +238,22 @@ STEP_COLUMNS = ("stock_fp32", "stock_2bit", "ssgd", "bitsgd", "odsgd", "cdsgd", 
 OURS = ("ssgd", "bitsgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit")
 
 
-def scaling_cells(link):
-    """The cells of the scaling subsection for a link, from the one raw JSON it links to, with
-    cores busy as bench.scaling computes it today (per job)."""
+def scaling_cells(link, model="inception_bn"):
+    """The cells of the scaling subsection for a model and link, from the one raw JSON it links
+    to, with cores busy as bench.scaling computes it today (per job)."""
     from cdsgd_mx.bench import scaling
-    text = section(SCALING, "### Inception-BN on %s NICs" % LINK[link])
+    text = section(SCALING, "### %s on %s NICs" % ({"resnet50": "ResNet-50"}.get(model) or MODEL[model], LINK[link]))
     (path,) = set(p.with_suffix(".json") for p in raw_files(text, "scaling-*.txt"))
     cells = json.loads(path.read_text())["cells"]
-    assert all(c["nic"] == link and c["model"] == "inception_bn" for c in cells), path
+    assert all(c["nic"] == link and c["model"] == model for c in cells), path
     for c in cells:
         c["cpu_busy"] = scaling.cpu_busy(c)
     return text, cells
 
 
 def test_the_scaling_tables_are_their_raw_files():
-    for link in ("1gbit", "10gbit"):
-        text, cells = scaling_cells(link)
+    for link, model in (("1gbit", "inception_bn"), ("10gbit", "inception_bn"), ("1gbit", "resnet50")):
+        text, cells = scaling_cells(link, model)
         table = {}
         for r in rows(text):
             table.setdefault(r[0], []).append(r[1:])
@@ -409,3 +409,21 @@ def test_where_the_cpu_goes_is_its_raw_file():
     table = {r[1]: r for r in rows(text)}
     assert table["the round (median, slower worker)"][2:] == [row[5], row[6]]
     assert table["the wire bound (per host)"][2:] == [row[7], row[9]]
+
+
+def test_the_resnet50_cell_is_its_raw_file():
+    text, (c,) = scaling_cells("1gbit", "resnet50")
+    page = " ".join(text.replace("**", "").split())
+    ms = c["iter_ms"]
+    assert "(phi - psi - delta) / k = %.1f ms against tau = %.1f" % (
+        (c["phi_ms"] - c["psi_plus_delta_ms"]) / c["k"], c["tau_ms"]) in page
+    assert "So CD-SGD now beats BIT-SGD, by %.0f%%" % (100 * (ms["bitsgd"] / ms["cdsgd"] - 1)) in page
+    assert "CD-SGD's step takes %.2f of stock fp32's and %.2f of MXNet's 2-bit" % (
+        ms["cdsgd"] / ms["stock_fp32"], ms["cdsgd"] / ms["stock_2bit"]) in page
+    assert "BIT-SGD both ways takes %.2f of BIT-SGD's step" % (ms["bitsgd_2bit"] / ms["bitsgd"]) in page
+    fp32_job = next(j for j in c["jobs"] if "ssgd" in j["algorithms"])
+    assert "phi %.0f-%.0f ms against 3468 before" % (c["phi_ms"], fp32_job["phi_ms"]) in page
+    assert "A one-way 2-bit round (%.0f ms)" % c["psi_plus_delta_ms"] in page
+    answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
+    assert "ResNet-50 at 2 + 1 on 1 Gbit/s NICs: CD-SGD %.0f%% faster than BIT-SGD and %.2f of stock fp32's step" % (
+        100 * (ms["bitsgd"] / ms["cdsgd"] - 1), ms["cdsgd"] / ms["stock_fp32"]) in answers

@@ -76,11 +76,9 @@ def run_job(args, model, label, system):
         result.update({k: v for k, v in worst.items() if k.endswith("_ms") or k in ("ratio", "rank")})
         result["mean_ratio"] = statistics.mean(r["ratio"] for r in found)
     if args.trace and system in OUR_JOBS:  # where the timed rounds went, worker by worker
-        result["spans"] = [span_medians(trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"]),
-                                        WARMUP_ROUNDS)
-                           for r in result["workers"]]
-        result["pull_spread"] = pull_spread([trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"])
-                                             for r in result["workers"]], WARMUP_ROUNDS)
+        traces = [trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"]) for r in result["workers"]]
+        result["spans"] = [span_medians(path, WARMUP_ROUNDS) for path in traces]
+        result["pull_spread"] = pull_spread(traces, WARMUP_ROUNDS)  # how far apart the workers' rounds end
     found_stages = stages.reports(proc.stdout)
     if found_stages:  # the busiest server's compressed rounds, stage by stage: ms per round of the job
         rounds = WARMUP_ROUNDS + args.rounds * (2 if system in ALTERNATING else 1)

@@ -84,7 +84,7 @@ def server_threads(environ=os.environ):
     CDSGD_SERVER_THREADS, default 1. On a server host with cores to spare, more cut those
     passes (a 2^20-value bucket's both-ways passes 1.4x faster on 2 idle cores); where the
     server shares its cores with workers (the emulated cluster on 2 cores) they gained nothing
-    (docs/performance.md). The results do not depend on the count: the codec splits work on
+    (docs/usage.md, "Servers with cores to spare"). The results do not depend on the count: the codec splits work on
     chunk boundaries and sums in a fixed order."""
     value = environ.get(SERVER_THREADS, "1")
     if not value.isdigit() or int(value) < 1:
