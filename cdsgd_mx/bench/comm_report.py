@@ -81,40 +81,35 @@ def print_table(args, infos, results):
         print("  " + n)
 
 
+def print_per_job(results, key, heading, lines_of):
+    """Under the table: a heading, then the lines lines_of(label, result) of every job whose
+    result has `key` (nothing where none has)."""
+    lines = ["  %s %s %s%s" % (model, link, system, line) for (model, link), res in results.items()
+             for system, r in res.items() if isinstance(r, dict) and r.get(key) for line in lines_of(r)]
+    if lines:
+        print("\n" + heading)
+        for line in lines:
+            print(line)
+
+
 def print_spans(args, results):
-    """Under the table (--trace): each traced job's spans, median ms per round, per worker."""
-    lines = []
-    for (model, link), res in results.items():
-        for system, r in res.items():
-            if isinstance(r, dict) and r.get("spans"):
-                for w, spans in zip(r["workers"], r["spans"]):
-                    order = sorted(spans.items(), key=lambda kv: -kv[1])
-                    lines.append("  %s %s %s rank %d: %s" % (model, link, system, w["rank"], ", ".join(
-                        "%s %.2f" % kv for kv in order)))
-    if lines:
-        print("\nwhere the rounds went (--trace %s): median ms per round of each span, timed rounds only" % args.trace)
-        for line in lines:
-            print(line)
-    lines = ["  %s %s %s: %.2f ms (at most %.2f) over %d rounds of %.1f ms; last, rounds per worker: %s" % (
-        model, link, system, r["pull_spread"]["median_ms"], r["pull_spread"]["max_ms"], r["pull_spread"]["steps"], r["ms"],
-        " ".join(str(n) for n in r["pull_spread"]["last"]))
-        for (model, link), res in results.items() for system, r in res.items()
-        if isinstance(r, dict) and r.get("pull_spread")]
-    if lines:
-        print("\nhow far apart the workers' rounds end (the last worker's pull landing minus the first's; median per round),"
-              " and which worker was last")
-        for line in lines:
-            print(line)
-    lines = ["  %s %s %s: %s" % (model, link, system, ", ".join(
-        "%s %.2f (cpu %.2f)" % (name, st["ms"], st["cpu_ms"])
-        for name, st in sorted(r["server_stages"].items(), key=lambda kv: -kv[1]["ms"])))
-        for (model, link), res in results.items() for system, r in res.items()
-        if isinstance(r, dict) and r.get("server_stages")]
-    if lines:
-        print("\nthe busiest server's compressed rounds, stage by stage: ms per round (wall, and its thread's CPU), "
-              "mean over the job's rounds")
-        for line in lines:
-            print(line)
+    """Under the table (--trace): each traced job's spans, median ms per round, per worker; how far
+    apart its workers' rounds end; and the busiest server's stages."""
+    print_per_job(results, "spans", "where the rounds went (--trace %s): median ms per round of each span, timed "
+                  "rounds only" % args.trace,
+                  lambda r: [" rank %d: %s" % (w["rank"], ", ".join(
+                      "%s %.2f" % kv for kv in sorted(spans.items(), key=lambda kv: -kv[1])))
+                      for w, spans in zip(r["workers"], r["spans"])])
+    print_per_job(results, "pull_spread", "how far apart the workers' rounds end (the last worker's pull landing "
+                  "minus the first's; median per round), and which worker was last",
+                  lambda r: [": %.2f ms (at most %.2f) over %d rounds of %.1f ms; last, rounds per worker: %s" % (
+                      r["pull_spread"]["median_ms"], r["pull_spread"]["max_ms"], r["pull_spread"]["steps"], r["ms"],
+                      " ".join(str(n) for n in r["pull_spread"]["last"]))])
+    print_per_job(results, "server_stages", "the busiest server's compressed rounds, stage by stage: ms per round "
+                  "(wall, and its thread's CPU), mean over the job's rounds",
+                  lambda r: [": " + ", ".join("%s %.2f (cpu %.2f)" % (name, st["ms"], st["cpu_ms"])
+                                              for name, st in sorted(r["server_stages"].items(),
+                                                                     key=lambda kv: -kv[1]["ms"]))])
 
 
 def write_json(args, infos, results, made):
