@@ -3,7 +3,7 @@
     python -m cdsgd_mx.bench.comm [--bandwidth 1gbit,10gbit,none] [--models inception_bn,resnet20,alexnet]
         [--network hosts|shared|shared,hosts] [--workers 2] [--servers 1] [--rounds 30]
         [--systems stock_fp32,stock_2bit,ssgd,bitsgd,cdsgd,bitsgd_2bit,cdsgd_2bit]
-        [--repeats N] [--bucket-size N] [--timeout SEC] [--json PATH] [--trace DIR]
+        [--repeats N] [--bucket-size N] [--timeout SEC] [--json PATH] [--trace DIR] [--busy-cores N]
 
 Tells whether compression pays on a link. For each model and link, each system runs as its own
 job under the launcher. Two network models (--network; default hosts where this machine can
@@ -62,6 +62,8 @@ Bytes pushed per round per worker by the project's systems are printed under the
 --trace DIR: each worker of the project's jobs writes a chrome trace of its timed rounds to
 DIR/<model>-<link>-<system>-rank<r>.json (Trainer(trace=...): docs/design.md), and the median time per
 round of each span (quantize, push codes, decode pull, ...) is printed under the table.
+--busy-cores N: N processes spin for the whole run, each on a core of its own at the highest
+priority allowed (bench/busy.py): the jobs run on the cores left, as on a slower or shared machine.
 """
 import argparse
 import sys
@@ -70,6 +72,7 @@ import time
 from cdsgd_mx.cluster.shaping import RATE_RE
 from cdsgd_mx.cluster import emulate
 from cdsgd_mx.experiments import provenance
+from cdsgd_mx.bench.busy import BusyCores, check_count
 from cdsgd_mx.bench.comm_check import CHECK, run_check
 from cdsgd_mx.bench.comm_jobs import netns_problem, run_job, split_link
 from cdsgd_mx.bench.comm_proofs import print_proof_costs
@@ -166,6 +169,9 @@ def main(argv=None):
                          "Inception-BN and ResNet-20 at 1 and 10 Gbit/s, 3 jobs per system, fresh gradients, "
                          "2 workers + 1 server, on the default network; prints each ratio beside its goal, exits 1 "
                          "if a gate is missed (about 5 minutes on 2 cores; sets every option but --network)")
+    ap.add_argument("--busy-cores", type=int, default=0, metavar="N",
+                    help="N processes spin for the whole run, each on a core of its own at the highest priority "
+                         "allowed: the jobs have the other cores (default %(default)s; with --check too)")
     ap.add_argument("--link", default="none", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -205,9 +211,15 @@ def main(argv=None):
         value = getattr(args, opt)
         if value is not None and value < 1:
             fail("--%s must be >= 1, got %r" % (opt.replace("_", "-"), value))
-    if args.check:
-        return 1 if run_check(args, {m: model_info(m) for m in args.models}) else 0
-    return leader(args)
+    problem = check_count(args.busy_cores)
+    if problem:
+        fail(problem)
+    with BusyCores(args.busy_cores) as busy:
+        if args.busy_cores:
+            print(busy.describe(), flush=True)
+        if args.check:
+            return 1 if run_check(args, {m: model_info(m) for m in args.models}) else 0
+        return leader(args)
 
 
 if __name__ == "__main__":

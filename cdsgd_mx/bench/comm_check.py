@@ -84,11 +84,12 @@ def run_check(args, infos=None):
             ms.setdefault((model, label, system), []).append(r.get("ms"))
             print(("%.1f ms" % r["ms"]) if "ms" in r else "failed: " + r["error"], flush=True)
     network = split_link(args.bandwidth[0])[1]
+    busy = getattr(args, "busy_cores", 0)
     print("\n--check: %d jobs of each system (%d timed rounds each, %d workers, %d server(s), %s, %s gradients, the "
-          "servers' SGD with momentum %g); ratio of the median job times (each repeat's ratio in brackets)"
+          "servers' SGD with momentum %g%s); ratio of the median job times (each repeat's ratio in brackets)"
           % (CHECK["repeats"], args.rounds, args.workers, args.servers,
              "a NIC per emulated host" if network == "hosts" else "one shared loopback", args.grads,
-             OPTIMIZER["momentum"]))
+             OPTIMIZER["momentum"], ", %d core(s) taken by spinning processes" % busy if busy else ""))
 
     def bound_of(model, label, system):
         fp32, push2bit, _ = bounds(infos[model], label, args.workers, args.servers)

@@ -200,12 +200,35 @@ def test_pull_spread_lays_the_workers_traces_on_one_clock(tmp_path):
     (["--systems", "ssgd,fastest"], "--systems: unknown 'fastest'"),
     (["--bandwidth", "1gbt"], "--bandwidth: bad link '1gbt'"),
     (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["--busy-cores", "64000"], "--busy-cores must be between 0 and "),
+    (["--busy-cores", "-1"], "--busy-cores must be between 0 and "),
 ])
 def test_bad_arguments_get_one_line(args, message):
     proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm"] + args, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_busy_cores_spin_on_the_last_cores_until_the_run_ends():
+    """--busy-cores (bench/busy.py): each spinner is pinned to one of the machine's last cores, at
+    nice -20 where the user may set it, spins (CPU time grows), and is gone after the run."""
+    import os
+    from cdsgd_mx.bench.busy import BusyCores, cores
+    if len(cores()) < 2:
+        pytest.skip("one core: none can be taken away")
+    with BusyCores(1) as busy:
+        (core, proc), = busy.procs
+        assert core == cores()[-1] and os.sched_getaffinity(proc.pid) == {core}
+        assert busy.nice == [-20 if os.geteuid() == 0 else 0]
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == busy.nice[0]
+        ticks = lambda: sum(int(v) for v in open("/proc/%d/stat" % proc.pid).read().rsplit(")", 1)[1].split()[11:13])
+        first = ticks()
+        time.sleep(0.5)
+        assert ticks() > first  # spinning
+        assert busy.describe().startswith("busy cores: a process spins on core %d" % core)
+        assert "the jobs have %d of %d core(s)" % (len(cores()) - 1, len(cores())) in busy.describe()
+    assert proc.poll() is not None
 
 
 def test_check_compares_each_ratio_of_median_jobs_with_its_goal(monkeypatch, capsys):
@@ -229,7 +252,8 @@ def test_check_compares_each_ratio_of_median_jobs_with_its_goal(monkeypatch, cap
         calls.clear()
         labels = [l + ("/hosts" if network == "hosts" else "") for l in comm_check.CHECK["bandwidth"]]
         args = argparse.Namespace(models=comm_check.CHECK["models"], bandwidth=labels, rounds=20,
-                                  workers=2, servers=1, grads="fresh", systems=comm_check.CHECK["systems"])
+                                  workers=2, servers=1, grads="fresh", systems=comm_check.CHECK["systems"],
+                                  busy_cores=1 if network == "hosts" else 0)
         infos = {"inception_bn": {"trained_values": 1651114}, "resnet20": {"trained_values": 272474}}
         assert comm_check.run_check(args, infos) == 2
         out = capsys.readouterr().out
@@ -241,6 +265,8 @@ def test_check_compares_each_ratio_of_median_jobs_with_its_goal(monkeypatch, cap
         assert "BIT-SGD both ways / one way  inception_bn 1gbit    0.15 (0.16, 0.15, 0.15)  goal <= 0.15: NOT MET" in out
         assert "our 2-bit / our fp32 round   inception_bn 1gbit    0.55 (0.50, 0.67, 0.18)  goal <= 1.00: met" in out
         assert "our 2-bit / our fp32 round   resnet20     10gbit   1.01 (1.01, 1.01, 1.01)  goal <= 1.00: NOT MET" in out
+        # the header says when cores were taken away (--busy-cores)
+        assert ("momentum 0.9, 1 core(s) taken by spinning processes)" in out) == (network == "hosts")
         if network == "shared":  # the targets are a cluster's: not judged on the shared loopback
             assert out.strip().endswith("--check: 2 goal(s) not met") and "targets" not in out
             continue
