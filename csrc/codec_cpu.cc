@@ -419,10 +419,23 @@ double sum_lanes(const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l
 
 // sum of (w - v)^2 over [0, m) in float64, in a fixed order whatever the thread count: eight
 // lanes (value i into lane i % 8, sequentially), then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
+// v null: the squares of w itself.
 CDSGD_CLONES
 double sum_of_squares(const float* w, const float* v, int64_t m) {
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
+  if (v == nullptr) {
+    for (; i + 8 <= m; i += 8)
+      for (int j = 0; j < 8; ++j) {
+        const double x = static_cast<double>(w[i + j]);
+        lane[j] += x * x;
+      }
+    for (int j = 0; i < m; ++i, ++j) {
+      const double x = static_cast<double>(w[i]);
+      lane[j] += x * x;
+    }
+    return sum_lanes(lane);
+  }
   for (; i + 8 <= m; i += 8)
     for (int j = 0; j < 8; ++j) {
       const double d = static_cast<double>(w[i + j] - v[i + j]);
@@ -540,7 +553,50 @@ void pull_target_range(const float* w, float* prev, float* target, int64_t b, in
   }
 }
 
+// pull_target_range over one piece [0, m), with the squares of target - v summed as
+// sum_of_squares(target, v, m) sums them: the same lanes, the same order, the same bits.
+CDSGD_CLONES
+double aim_and_squares(const float* w, float* prev, float* target, const float* v, int64_t m, float lookahead) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= m; i += 8)
+    for (int j = 0; j < 8; ++j) {
+      const float x = w[i + j], t = x + lookahead * (x - prev[i + j]);
+      target[i + j] = t;
+      prev[i + j] = x;
+      const double d = static_cast<double>(t - v[i + j]);
+      lane[j] += d * d;
+    }
+  for (int j = 0; i < m; ++i, ++j) {
+    const float x = w[i], t = x + lookahead * (x - prev[i]);
+    target[i] = t;
+    prev[i] = x;
+    const double d = static_cast<double>(t - v[i]);
+    lane[j] += d * d;
+  }
+  return sum_lanes(lane);
+}
+
+// A piece's step from its sum of squares (pull_scales' rule).
+float step_of(double squares, int64_t m) {
+  const double mean = squares / static_cast<double>(m > 0 ? m : 1);
+  const float step = static_cast<float>(std::sqrt(mean) * kPullLevel);
+  return step == 0.0f ? 1.0f : step;  // all zeros: every code is 0 anyway
+}
+
 }  // namespace
+
+void pull_aim_scales(const float* w, float* prev, float* target, const float* v, int64_t n, const Piece* pieces,
+                     int64_t npieces, float lookahead, float* scales) {
+  int64_t at = 0;  // values before, between and after the pieces get the aim alone
+  for (int64_t k = 0; k < npieces; ++k) {
+    const int64_t b = pieces[k].begin, m = pieces[k].end - b;
+    if (b > at) pull_target_range(w, prev, target, at, b, lookahead);
+    scales[k] = step_of(aim_and_squares(w + b, prev + b, target + b, v + b, m, lookahead), m);
+    at = pieces[k].end;
+  }
+  if (at < n) pull_target_range(w, prev, target, at, n, lookahead);
+}
 
 void pull_target(const float* w, float* prev, float* target, int64_t n, float lookahead, int threads) {
   parallel_for(n, kValueAlign, threads,
@@ -550,29 +606,15 @@ void pull_target(const float* w, float* prev, float* target, int64_t n, float lo
 void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t npieces, float* scales) {
   for (int64_t k = 0; k < npieces; ++k) {
     const int64_t m = pieces[k].end - pieces[k].begin;
-    const double mean = sum_of_squares(w + pieces[k].begin, v + pieces[k].begin, m) / static_cast<double>(m > 0 ? m : 1);
-    const float step = static_cast<float>(std::sqrt(mean) * kPullLevel);
-    scales[k] = step == 0.0f ? 1.0f : step;  // all zeros: every code is 0 anyway
+    scales[k] = step_of(sum_of_squares(w + pieces[k].begin, v + pieces[k].begin, m), m);
   }
 }
 
-CDSGD_CLONES
+// The norms in two vectorized passes, each summing as the one-pass loop did (its lanes and
+// order; the same bits): one loop with both sums, GCC left scalar, 5x slower.
 void pull_norms(const float* w, const float* v, int64_t n, double* norms) {
-  double lane_e[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lane_w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) {
-      const double d = static_cast<double>(w[i + j] - v[i + j]), x = static_cast<double>(w[i + j]);
-      lane_e[j] += d * d;
-      lane_w[j] += x * x;
-    }
-  for (int j = 0; i < n; ++i, ++j) {
-    const double d = static_cast<double>(w[i] - v[i]), x = static_cast<double>(w[i]);
-    lane_e[j] += d * d;
-    lane_w[j] += x * x;
-  }
-  norms[0] = sum_lanes(lane_e);
-  norms[1] = sum_lanes(lane_w);
+  norms[0] = sum_of_squares(w, v, n);
+  norms[1] = sum_of_squares(w, nullptr, n);
 }
 
 void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64_t npieces, uint32_t* wire,
