@@ -185,17 +185,6 @@ def pull_target(w, prev, target, lookahead, threads=None):
                         _threads(threads))
 
 
-def pull_aim_encode(w, prev, target, v, pieces, wire, lookahead):
-    """pull_target(w, prev, target, lookahead), then pull_encode(target, v, pieces, wire), with
-    the aim and the steps in one pass over w, prev, target and v (one thread): the same target,
-    prev, steps, v and wire bit for bit, a pass less. Returns the scales; raises
-    FloatingPointError, with v and wire unchanged (prev and target written), where target - v
-    is not finite. CPU only."""
-    scales = _native.pull_aim_encode(_array(w, False), _array(prev, True), _array(target, True), _array(v, True),
-                                     pieces, _array(wire, True), np.float32(lookahead))
-    return _finite_scales(scales)
-
-
 def pull_encode(w, v, pieces, wire, threads=None):
     """The server's encode of a 2-bit pull (pull_compression.py), in two passes: the steps s
     of the pieces [(begin, end)] (pull_scales), then for each value of a piece code = +1 where
@@ -204,11 +193,7 @@ def pull_encode(w, v, pieces, wire, threads=None):
     code 0. Bit for bit what quantize (at PULL_THRESHOLD, of (w - v) / s with a zero gradient),
     dequantize at 1, a multiply by s and an add give. Returns the scales; raises FloatingPointError, with v and wire unchanged,
     where w - v is not finite. CPU only."""
-    return _finite_scales(_native.pull_encode(_array(w, False), _array(v, True), pieces, _array(wire, True),
-                                              _threads(threads)))
-
-
-def _finite_scales(scales):
+    scales = _native.pull_encode(_array(w, False), _array(v, True), pieces, _array(wire, True), _threads(threads))
     if not all(np.isfinite(scales)):
         raise FloatingPointError("w - v is not finite in %d of %d pieces: nothing encoded"
                                  % (int((~np.isfinite(scales)).sum()), len(scales)))

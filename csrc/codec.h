@@ -97,11 +97,6 @@ void pull_encode(const float* w, float* v, int64_t n, const Piece* pieces, int64
 // also sets prev = w. float32, each operation rounded (built with -ffp-contract=off).
 void pull_target(const float* w, float* prev, float* target, int64_t n, float lookahead, int threads);
 
-// pull_target, then pull_scales(target, v), in one pass over w, prev, target and v (one thread):
-// the same targets, prev and steps bit for bit. Pieces sorted and disjoint.
-void pull_aim_scales(const float* w, float* prev, float* target, const float* v, int64_t n, const Piece* pieces,
-                     int64_t npieces, float lookahead, float* scales);
-
 // A worker's decode, one pass: v += code * s per value, then out = v (out may be null). Checks
 // every wire word first: returns the number of invalid ones and changes nothing if there are any.
 int64_t pull_decode(const uint32_t* wire, float* v, float* out, int64_t n, const Piece* pieces, int64_t npieces,

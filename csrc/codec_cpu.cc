@@ -553,50 +553,7 @@ void pull_target_range(const float* w, float* prev, float* target, int64_t b, in
   }
 }
 
-// pull_target_range over one piece [0, m), with the squares of target - v summed as
-// sum_of_squares(target, v, m) sums them: the same lanes, the same order, the same bits.
-CDSGD_CLONES
-double aim_and_squares(const float* w, float* prev, float* target, const float* v, int64_t m, float lookahead) {
-  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= m; i += 8)
-    for (int j = 0; j < 8; ++j) {
-      const float x = w[i + j], t = x + lookahead * (x - prev[i + j]);
-      target[i + j] = t;
-      prev[i + j] = x;
-      const double d = static_cast<double>(t - v[i + j]);
-      lane[j] += d * d;
-    }
-  for (int j = 0; i < m; ++i, ++j) {
-    const float x = w[i], t = x + lookahead * (x - prev[i]);
-    target[i] = t;
-    prev[i] = x;
-    const double d = static_cast<double>(t - v[i]);
-    lane[j] += d * d;
-  }
-  return sum_lanes(lane);
-}
-
-// A piece's step from its sum of squares (pull_scales' rule).
-float step_of(double squares, int64_t m) {
-  const double mean = squares / static_cast<double>(m > 0 ? m : 1);
-  const float step = static_cast<float>(std::sqrt(mean) * kPullLevel);
-  return step == 0.0f ? 1.0f : step;  // all zeros: every code is 0 anyway
-}
-
 }  // namespace
-
-void pull_aim_scales(const float* w, float* prev, float* target, const float* v, int64_t n, const Piece* pieces,
-                     int64_t npieces, float lookahead, float* scales) {
-  int64_t at = 0;  // values before, between and after the pieces get the aim alone
-  for (int64_t k = 0; k < npieces; ++k) {
-    const int64_t b = pieces[k].begin, m = pieces[k].end - b;
-    if (b > at) pull_target_range(w, prev, target, at, b, lookahead);
-    scales[k] = step_of(aim_and_squares(w + b, prev + b, target + b, v + b, m, lookahead), m);
-    at = pieces[k].end;
-  }
-  if (at < n) pull_target_range(w, prev, target, at, n, lookahead);
-}
 
 void pull_target(const float* w, float* prev, float* target, int64_t n, float lookahead, int threads) {
   parallel_for(n, kValueAlign, threads,
@@ -606,7 +563,9 @@ void pull_target(const float* w, float* prev, float* target, int64_t n, float lo
 void pull_scales(const float* w, const float* v, const Piece* pieces, int64_t npieces, float* scales) {
   for (int64_t k = 0; k < npieces; ++k) {
     const int64_t m = pieces[k].end - pieces[k].begin;
-    scales[k] = step_of(sum_of_squares(w + pieces[k].begin, v + pieces[k].begin, m), m);
+    const double mean = sum_of_squares(w + pieces[k].begin, v + pieces[k].begin, m) / static_cast<double>(m > 0 ? m : 1);
+    const float step = static_cast<float>(std::sqrt(mean) * kPullLevel);
+    scales[k] = step == 0.0f ? 1.0f : step;  // all zeros: every code is 0 anyway
   }
 }
 

@@ -405,43 +405,6 @@ std::vector<float> pull_encode(py::handle w, py::handle v, const std::vector<std
   return scales;
 }
 
-// pull_target, then pull_encode(target, v) (one thread), with the aim and the steps in one pass
-// (pull_aim_scales): the same targets, prev, steps, V and codes. Where a step is not finite,
-// prev and target are written (as pull_target's would be) and v and wire are left as they were.
-std::vector<float> pull_aim_encode(py::handle w, py::handle prev, py::handle target, py::handle v,
-                                   const std::vector<std::pair<int64_t, int64_t>>& ranges, py::handle wire,
-                                   float lookahead) {
-  auto [wv, vv] = pull_inputs(w, v, true);
-  View pv = view("prev", kFloat32, prev, true), tv = view("target", kFloat32, target, true);
-  View out = view("wire", kWord32, wire, true);
-  check_size("prev", pv, vv.size, "same as v");
-  check_size("target", tv, vv.size, "same as v");
-  check_size("wire", out, cdsgd::packed_words(vv.size), "ceil(v.size / 16)");
-  const std::pair<const char*, const View*> arrays[] = {{"w", &wv}, {"prev", &pv}, {"target", &tv}, {"v", &vv},
-                                                        {"wire", &out}};
-  for (size_t a = 0; a < 5; ++a)
-    for (size_t b = a + 1; b < 5; ++b)
-      check_no_overlap(arrays[a].first, *arrays[a].second, arrays[a].second->size * 4, arrays[b].first,
-                       *arrays[b].second, arrays[b].second->size * 4);
-  if (pv.gpu || tv.gpu || out.gpu) throw py::value_error("2-bit pulls are encoded on the CPU; got GPU arrays");
-  auto ps = pieces_of(ranges, nullptr, vv.size);
-  std::vector<float> scales(ps.size());
-  auto* tp = static_cast<float*>(tv.data);
-  auto* vp = static_cast<float*>(vv.data);
-  {
-    py::gil_scoped_release nogil;
-    cdsgd::pull_aim_scales(static_cast<const float*>(wv.data), static_cast<float*>(pv.data), tp, vp, vv.size,
-                           ps.data(), static_cast<int64_t>(ps.size()), lookahead, scales.data());
-  }
-  for (size_t k = 0; k < ps.size(); ++k) {
-    if (!std::isfinite(scales[k])) return scales;
-    ps[k].scale = scales[k];
-  }
-  py::gil_scoped_release nogil;
-  cdsgd::pull_encode(tp, vp, vv.size, ps.data(), static_cast<int64_t>(ps.size()), static_cast<uint32_t*>(out.data), 1);
-  return scales;
-}
-
 std::pair<double, double> pull_norms(py::handle w, py::handle v) {
   auto [wv, vv] = pull_inputs(w, v, false);
   double norms[2];
@@ -722,8 +685,6 @@ PYBIND11_MODULE(_native, m) {
   m.def("pull_scales", &pull_scales, py::arg("w"), py::arg("v"), py::arg("pieces"));
   m.def("pull_encode", &pull_encode, py::arg("w"), py::arg("v"), py::arg("pieces"), py::arg("wire"),
         py::arg("threads") = 0);
-  m.def("pull_aim_encode", &pull_aim_encode, py::arg("w"), py::arg("prev"), py::arg("target"), py::arg("v"),
-        py::arg("pieces"), py::arg("wire"), py::arg("lookahead"));
   m.def("pull_norms", &pull_norms, py::arg("w"), py::arg("v"));
   m.def("pull_target", &pull_target, py::arg("w"), py::arg("prev"), py::arg("target"), py::arg("lookahead"),
         py::arg("threads"));

@@ -152,22 +152,22 @@ class ServerCopies:
         v, tail, pieces = self.v[wk], self._tail[wk], self._pieces[wk]
         codes_out, tail_out = self._payload(wk)
         w = weight[0:v.size]  # read in place through DLPack (asnumpy's copy costs 1 ms per 1M values)
-        # the aim A, the steps, the codes of (A - V) / s_p at 1/2, V += code * s_p and the wire
-        # words, in native passes: the very float32 operations every worker's decode makes, so V
-        # stays bit-identical everywhere
+        if tracked or not self.lookahead:  # the aim is W (without momentum: W + 0, the same codes and V)
+            aim = w
+            codec.copy(w, self.prev[wk])
+        else:
+            aim = self._aim[wk]
+            codec.pull_target(w, self.prev[wk], aim, self.lookahead)  # A = W + mu (W - prev); prev = W
+        t = self.stages.lap("aim", t)
+        # the steps, the codes of (A - V) / s_p at 1/2, V += code * s_p and the wire words, in
+        # native passes: the very float32 operations every worker's decode makes, so V stays
+        # bit-identical everywhere
         try:
-            if tracked or not self.lookahead:  # the aim is W (without momentum: W + 0, the same codes and V)
-                codec.copy(w, self.prev[wk])
-                scales = codec.pull_encode(w, v, pieces, codes_out)
-            elif codec.get_num_threads() == 1:  # A = W + mu (W - prev), prev = W, and the steps in one pass
-                scales = codec.pull_aim_encode(w, self.prev[wk], self._aim[wk], v, pieces, codes_out, self.lookahead)
-            else:  # the aim on the server's threads, then the encode on them
-                codec.pull_target(w, self.prev[wk], self._aim[wk], self.lookahead)
-                scales = codec.pull_encode(self._aim[wk], v, pieces, codes_out)
+            scales = codec.pull_encode(aim, v, pieces, codes_out)
         except FloatingPointError:
             raise FloatingPointError("the global weights of key %d are not finite: nothing to send to the workers" % wk)
         tail[:len(pieces)] = scales
-        t = self.stages.lap("aim + encode pull", t)
+        t = self.stages.lap("encode pull", t)
         self._rounds[wk] += 1
         if self._rounds[wk] % NORMS_EVERY == 1:  # the error left, W - V, and W (one native pass)
             tail[-NORMS:] = codec.pull_norms(w, v)

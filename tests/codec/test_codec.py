@@ -643,37 +643,6 @@ def test_pull_encode_and_decode_equal_the_unfused_steps(n, threads):
     np.testing.assert_array_equal(out.view(np.uint32), want_v.view(np.uint32))
 
 
-@pytest.mark.parametrize("n", [2, 13, 4099, (1 << 18) + 5])
-def test_pull_aim_encode_equals_the_aim_then_the_encode(n):
-    """The server's fused pass (codec.pull_aim_encode: the aim, prev and the steps in one pass, then
-    the encode) against pull_target then pull_encode, bit for bit: values before, between and
-    after the pieces (aim only), an empty piece, pieces not a multiple of 8 long."""
-    rng = np.random.default_rng(n + 1)
-    w, prev = rng.normal(0, 1, n).astype(np.float32), rng.normal(0, 1, n).astype(np.float32)
-    v = (w + rng.normal(0, 0.05, n)).astype(np.float32)
-    cuts = sorted(set(rng.integers(1, n + 1, 7).tolist()) | {n})
-    pieces = [(b, e) for b, e in zip(cuts, cuts[1:])][::2] + ([(n, n)] if n > 1 else [])
-    want_prev, want_target, want_v = prev.copy(), np.zeros(n, np.float32), v.copy()
-    want_wire = np.zeros(codec.packed_size(n), np.float32)
-    codec.pull_target(w, want_prev, want_target, 0.9)
-    want = codec.pull_encode(want_target, want_v, pieces, want_wire)
-    got_prev, got_target, got_v = prev.copy(), np.full(n, 3.0, np.float32), v.copy()
-    got_wire = np.zeros(codec.packed_size(n), np.float32)
-    assert codec.pull_aim_encode(w, got_prev, got_target, got_v, pieces, got_wire, 0.9) == want
-    for got_, want_ in ((got_prev, want_prev), (got_target, want_target), (got_v, want_v), (got_wire, want_wire)):
-        np.testing.assert_array_equal(got_.view(np.uint32), want_.view(np.uint32))
-    assert (got_v != v).any() and (got_prev == w).all()
-    w[n // 2] = np.inf  # not finite: v and the wire as they were
-    v_before, wire_before = got_v.copy(), got_wire.copy()
-    if any(b <= n // 2 < e for b, e in pieces):
-        with pytest.raises(FloatingPointError, match="not finite"):
-            codec.pull_aim_encode(w, got_prev, got_target, got_v, pieces, got_wire, 0.9)
-        np.testing.assert_array_equal(got_v, v_before)
-        np.testing.assert_array_equal(got_wire, wire_before)
-    with pytest.raises(ValueError, match="prev and target must not share memory"):
-        codec.pull_aim_encode(w, got_prev, got_prev, got_v, pieces, got_wire, 0.9)
-
-
 def test_pull_encode_compares_with_half_the_step_exactly_where_the_rule_divides():
     """The encode tests e >= s/2 instead of e / s >= 1/2 (csrc/codec_cpu.cc): the same codes at an
     exact tie, one float below it and one above; and where s/2 is rounded it must divide. That is
