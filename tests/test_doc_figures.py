@@ -167,7 +167,7 @@ def check_run(text):
 
 def test_the_check_tables_are_its_raw_output():
     gates, targets, _ = check_run(CHECK)
-    table = {(r[0], r[1], r[2]): r for r in rows(CHECK)}
+    table = {(r[0], r[1], r[2]): r for r in rows(CHECK.split("\n### ")[0])}  # (its subsections have tables too)
     assert len(gates) == 8
     for (name, model, link), (median, each, _) in list(gates.items()) + list(targets.items()):
         row = table[(CHECK_NAMES[name], MODEL[model], LINK[link])]
@@ -177,6 +177,41 @@ def test_the_check_tables_are_its_raw_output():
     if targets:
         short = sum(1 for _, _, ok in targets.values() if not ok)
         assert "**%d of %d targets are not met**" % (short, len(targets)) in CHECK
+
+
+def test_the_check_with_a_core_taken_away_is_its_raw_output():
+    text = section(PERFORMANCE, "### With a core taken away")
+    page = " ".join(text.split())
+    both_path, one_path = raw_files(text, "check-*-af073d4.txt")
+    assert "busy" not in both_path.name and "busy" in one_path.name
+    both, one = check_run("(measurements/%s)" % both_path.name), check_run("(measurements/%s)" % one_path.name)
+    assert "1 core(s) taken by spinning processes" in one_path.read_text() and "taken by" not in both_path.read_text()
+    table = {(r[0], r[1], r[2]): r for r in rows(text)[1:]}  # (after the header)
+    assert len(table) == 8
+    cell = lambda g: g[0] if g[2] else "%s (not met)" % g[0]
+    for (name, model, link), gate in both[0].items():
+        row = table[(CHECK_NAMES[name], MODEL[model], LINK[link])]
+        assert row[3:5] == [cell(gate), cell(one[0][(name, model, link)])], row
+    ms = lambda run, model, link, system: "%.1f" % statistics.median(run[2][(model, link, system)])
+    ratios = [float(g[0]) for (name, _, _), g in one[0].items() if name == "our 2-bit / our fp32 round"]
+    assert "faster than our fp32 round in every cell** (%s of it)" % span(ratios, "%.2f") in page
+    assert all(g[2] for (name, _, _), g in one[0].items() if name == "our 2-bit / our fp32 round")
+    assert "(%s and %s ms at 1 and 10 Gbit/s on both cores), takes %s and %s ms on one" % (
+        ms(both, "resnet20", "1gbit", "bitsgd_2bit"), ms(both, "resnet20", "10gbit", "bitsgd_2bit"),
+        ms(one, "resnet20", "1gbit", "bitsgd_2bit"), ms(one, "resnet20", "10gbit", "bitsgd_2bit")) in page
+    assert "(%s and %s ms on both cores, %s and %s on one)" % (
+        ms(both, "resnet20", "1gbit", "bitsgd"), ms(both, "resnet20", "10gbit", "bitsgd"),
+        ms(one, "resnet20", "1gbit", "bitsgd"), ms(one, "resnet20", "10gbit", "bitsgd")) in page
+    assert "(%s against %s ms at 1 Gbit/s;" % (ms(one, "inception_bn", "1gbit", "bitsgd_2bit"),
+                                              ms(both, "inception_bn", "1gbit", "bitsgd_2bit")) in page
+    assert "S-SGD on Inception-BN %s against %s ms" % (ms(one, "inception_bn", "10gbit", "ssgd"),
+                                                      ms(both, "inception_bn", "10gbit", "ssgd")) in page
+    # the earlier pair: both runs in one file, the one-core run after the line that says so
+    (pair,) = raw_files(text, "check-busy-cores-22ea658.txt")
+    first, second = pair.read_text().split("busy cores: a process spins")
+    medians = [statistics.median(float(x) for x in re.findall(
+        r"inception_bn 1gbit/hosts bitsgd_2bit \.\.\. ([\d.]+) ms", part)) for part in (second, first)]
+    assert "%.1f against %.1f in a run at `22ea658`" % tuple(medians) in page
 
 
 def test_the_shared_link_round_is_the_checks_job_medians():
@@ -436,3 +471,63 @@ def test_the_resnet50_cells_are_their_raw_file():
     assert "CD-SGD %.0f%% faster than BIT-SGD at 2 + 1, %.0f%% slower at 4 + 1 (as the model says), %s of stock fp32's " \
         "step" % (100 * (ms[0]["bitsgd"] / ms[0]["cdsgd"] - 1), 100 * (ms[1]["cdsgd"] / ms[1]["bitsgd"] - 1),
                   span([m["cdsgd"] / m["stock_fp32"] for m in ms], "%.2f")) in answers
+
+
+# --- what a bucket costs ---------------------------------------------------------------------
+
+def test_what_a_bucket_costs_is_its_raw_files():
+    text = section(PERFORMANCE, "### What a bucket costs")
+    page = " ".join(text.split())
+    (cost,) = raw_files(text, "bucket-cost-*.txt")
+    raw = cost.read_text()
+    # 1) Inception-BN both ways by bucket size, every job of both repeats
+    sizes = {}
+    for size, body in re.findall(r"=== bucket (\d+) rep \d\n(.*?)(?====|\n\n)", raw, re.S):
+        jobs = re.search(r"inception_bn 1gbit/hosts each job.*?bitsgd_2bit ([\d./]+)", body).group(1)
+        sizes.setdefault(int(size), []).extend(float(x) for x in jobs.split("/"))
+    assert "%s ms a round in 2^18 buckets (7), %s in 2^19 (4), %s in 2^20 (2)" % tuple(
+        span(sizes[1 << p], "%.1f") for p in (18, 19, 20)) in page
+    # 2) ResNet-20 by bucket count
+    counts = {int(k): [float(x) for x in jobs.split("/")] for k, jobs in re.findall(
+        r"== \d+ \((\d+) buckets?\)\n.*?bitsgd_2bit ([\d./]+)", raw)}
+    assert sorted(counts) == [1, 5, 17, 67]
+    assert "takes %s ms a round in 1 bucket, %s in 5, %s in 17 and %s in 67" % tuple(
+        span(counts[k], "%.1f") for k in (1, 5, 17, 67)) in page
+    med = {k: statistics.median(v) for k, v in counts.items()}
+    assert "(medians: %.2f, %.2f and %.2f ms per extra bucket)" % tuple(
+        (med[k] - med[1]) / (k - 1) for k in (5, 17, 67)) in page
+    # 3) the CPU of each process at 67 buckets a round
+    procs = re.findall(r"^(worker|server) \(pid \d+\): (\d+) ms/s over \d+ threads; by library: (.*)$", raw, re.M)
+    assert len(procs) == 3
+    libs = [(float(ms), {k: float(v) for k, v in (x.rsplit(" ", 1) for x in rest.split(", "))}) for _, ms, rest in procs]
+    share = lambda lib: span([100 * l[lib] / ms for ms, l in libs], "%.0f")
+    buckets_per_s = 67 * 1000 / med[67]
+    assert "each process spends about %.1f ms of CPU per bucket" % (statistics.mean(ms for ms, _ in libs) / buckets_per_s) \
+        in page
+    assert "%s%% of it in the kernel" % share("[kernel.kallsyms]") in page
+    assert "%s%% in the interpreter, %s%% in MXNet" % (share("libpython3.11.so.1.0"), share("libmxnet.so")) in page
+    # the server's stages and the round, before and after, from the A B runs
+    (stages,) = raw_files(text, "server-stages-*.txt")
+    runs = stages.read_text().split("=== run ")[1:]
+    before = [r for r in runs if r.split("\n", 1)[0].endswith("22ea658")]
+    after = [r for r in runs if r.split("\n", 1)[0].endswith("b25e231")]
+    assert len(before) == len(after) == 2
+
+    def stage(runs, name, model="inception_bn"):
+        return [float(v) for r in runs for v in re.findall(
+            r"  %s \w+/hosts bitsgd_2bit: .*?%s ([\d.]+) \(cpu" % (model, re.escape(name)), r)]
+
+    assert "(`rows` %s -> %s ms a round" % (span(stage(before, "rows"), "%.2f"),
+                                           span(stage(after, "rows"), "%.2f").replace("0.01-0.01", "0.01")) in page
+    assert "(%s -> %s ms;" % (span(stage(before, "norms + tail"), "%.2f"), span(stage(after, "norms + tail"), "%.2f")) in page
+    old_aim = [a + e for a, e in zip(stage(before, "aim"), stage(before, "encode pull"))]
+    assert "(%.2f against %.2f ms, the mean of the 4 cells' runs)" % (
+        statistics.mean(stage(after, "aim + encode pull")), statistics.mean(old_aim)) in page
+
+    def both(runs, model):
+        return [float(re.search(r"^ *%s \|[^|]*\| +1gbit/hosts \|([^|]*\|){3} +([\d.]+) \|" % model, r, re.M).group(2))
+                for r in runs]
+
+    assert "%s ms against %s before on Inception-BN, %s against %s on ResNet-20" % (
+        span(both(after, "inception_bn"), "%.1f"), span(both(before, "inception_bn"), "%.1f"),
+        span(both(after, "resnet20"), "%.1f"), span(both(before, "resnet20"), "%.1f")) in page
