@@ -95,30 +95,17 @@ class StepEngine:
             if self._in_flight.get(bset) is not None:
                 self.comm.wait(self._in_flight[bset])  # W(t) is (being) pulled into comm_buf
             bset.comm_to_loc()                     # the engine orders this after that pull
-        compressed = self.rounds.schedule.compressed(t)
-        if compressed:
-            # a compressed round reads only comm_buf: it goes out now, its quantize and push
-            # beside the local update instead of after it and the parameters' copies (2-4 ms a
-            # step of Inception-BN). An fp32 round waits: with proofs it copies g(t) into
-            # loc_buf (rounds.py, _kept_gradient), which the local update is about to write.
-            self._submit_delayed(bset, t, held)
         with self.tracer.span("local update", step=t):
             restore = bset.hold_loc(held) if held else None
             self.local.step(bset)                  # eq. 11
             if restore:
                 restore()
             bset.scatter("loc")
-        if not compressed:
-            self._submit_delayed(bset, t, held)
-        if not self.driven_by_trainer:
-            self.comm.flush()  # do not wait: the round finishes in the background
-
-    def _submit_delayed(self, bset, t, held):
-        """comm_buf = g(t) (backward of t+1 may then write grad_buf), and round t to the
-        communication thread. held: parameters skipped at this step keep their residual."""
-        bset.grad_to_comm()
+            bset.grad_to_comm()                    # comm_buf = g(t): backward of t+1 may now write grad_buf
         keep = bset.keep_residual(held) if held and self.rounds.schedule.compressed(t) else None
         self._in_flight[bset] = self.comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
+        if not self.driven_by_trainer:
+            self.comm.flush()  # do not wait: the round finishes in the background
 
     def finish_step(self):
         """End of a Trainer step: let the communication thread finish this step's rounds; wait
