@@ -354,6 +354,15 @@ def test_the_scaling_answers_are_their_raw_files():
     edge = tracked[1]["iter_ms"]["cdsgd_2bit"] / tracked[1]["model_ms"]["cdsgd_2bit"]
     assert "at its edge at 8 (%.2f here, %.2f in the run below)" % (both[2], edge) in page
     assert min(both[2], edge) <= 1.15 < max(both[2], edge)
+    (again,) = raw_files(SCALING.split("### ")[0], "scaling-cdsgd-both-ways-*.txt")
+    cells = json.loads(again.with_suffix(".json").read_text())["cells"]
+    assert [(c["workers"], c["k"]) for c in cells] == [(2, 5), (8, 5)]
+    assert "1.16x its model at 2 + 1 and 1.15x at 8 + 2" == "%.2fx its model at 2 + 1 and %.2fx at 8 + 2" % tuple(
+        c["iter_ms"]["cdsgd_2bit"] / c["model_ms"]["cdsgd_2bit"] for c in cells)
+    assert "(5 x its step - phi_pull) / 4 = %.1f and %.1f ms where the model says max(tau, both-ways round) = %.1f " \
+        "and %.1f" % (*[(5 * c["iter_ms"]["cdsgd_2bit"] - c["phi_pull_ms"]) / 4 for c in cells],
+                      *[max(c["tau_ms"], c["psi_pull_plus_delta_ms"]) for c in cells]) in page
+    assert "1.16x its model at 2 + 1 and 1.15x at 8 + 2" in page
     answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
     assert "CD-SGD's step takes %s of stock fp32's and %s of BIT-SGD's (faster at 2 workers only" % (
         span(t(slow, "cdsgd", "stock_fp32"), "%.2f"), span(vs_bit, "%.2f")) in answers
