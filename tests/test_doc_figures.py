@@ -363,6 +363,18 @@ def test_the_scaling_answers_are_their_raw_files():
         "and %.1f" % (*[(5 * c["iter_ms"]["cdsgd_2bit"] - c["phi_pull_ms"]) / 4 for c in cells],
                       *[max(c["tau_ms"], c["psi_pull_plus_delta_ms"]) for c in cells]) in page
     assert "1.16x its model at 2 + 1 and 1.15x at 8 + 2" in page
+    (local,) = raw_files(SCALING.split("### ")[0], "cdsgd-both-ways-local-step-*.txt")
+    raw = local.read_text()
+    table = {m[0]: (float(m[1]), float(m[2])) for m in re.findall(r"^(\w+) +([\d.]+) +([\d.]+) +[\d.]+ +[\d.]+", raw, re.M)}
+    spent = {m[0]: (float(m[1]), float(m[2])) for m in re.findall(
+        r"^(\w+), its 2-bit steps \(\d+\): the step call a median ([\d.]+) ms.*?a median ([\d.]+) ms", raw, re.M)}
+    assert "a median %.1f ms in its step call" % spent["cdsgd_2bit"][0] in page
+    assert "waits %.1f ms for its weights" % spent["cdsgd_2bit"][1] in page
+    assert "against %.1f ms after a BIT-SGD both-ways step" % spent["bitsgd_2bit"][1] in page
+    assert "about %.0f ms a step" % sum(spent["cdsgd_2bit"]) in page
+    it, model = table["cdsgd_2bit"]
+    assert "which is the %.1f ms by which the step (%.1f ms) exceeds its model (%.1f)" % (it - model, it, model) in page
+    assert abs(0.8 * sum(spent["cdsgd_2bit"]) - (it - model)) < 1.0  # 4 of every 5 steps pay it
     answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
     assert "CD-SGD's step takes %s of stock fp32's and %s of BIT-SGD's (faster at 2 workers only" % (
         span(t(slow, "cdsgd", "stock_fp32"), "%.2f"), span(vs_bit, "%.2f")) in answers
