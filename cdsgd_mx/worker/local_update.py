@@ -6,6 +6,9 @@ set_multipliers(bset) / stateful(ids) / step(bset) / set_learning_rate(lr) / lea
 get_states() / set_states(blob).
 """
 import mxnet as mx
+import numpy as np
+
+from cdsgd_mx import codec
 
 
 class LocalUpdate:
@@ -57,9 +60,29 @@ class LocalUpdate:
         return any(states.get(i) is not None for i in (states if ids is None else ids))
 
     def step(self, bset):
-        """loc_buf (holding W(t)) -= the local step with grad_buf's g(t), run by run."""
+        """loc_buf (holding W(t)) -= the local step with grad_buf's g(t), run by run. Plain SGD
+        (no momentum, no weight decay, float32 on a CPU: the default) runs as one native pass per
+        run, bit for bit what MXNet's Updater gives (codec.sgd; 0.3 ms against 3.6-4.2 ms through
+        the Updater for Inception-BN's 1.65 M values, time the next forward waited for);
+        anything else goes through MXNet's Updater."""
         for index, grad, loc in bset.runs:
-            self.updater(index, grad, loc)
+            if not self._native(index, grad, loc):
+                self.updater(index, grad, loc)
+
+    def _native(self, index, grad, loc):
+        """The run's step as one native pass, where it is plain SGD; False where it is not."""
+        from mxnet.optimizer import SGD
+        opt = self.optimizer
+        if (type(opt) is not SGD or opt.momentum or opt.multi_precision or loc.dtype != np.float32
+                or loc.context.device_type != "cpu" or opt._get_wds([index])[0] != 0):
+            return False
+        if index not in self.updater.states:  # as the Updater keeps it (checkpoints save it)
+            self.updater.states[index] = opt.create_state_multi_precision(index, loc)
+            self.updater.states_synced[index] = True
+        opt._update_count(index)
+        codec.sgd(grad, loc, None, [(0, loc.size, opt._get_lrs([index])[0], 0.0)], 0.0, opt.rescale_grad,
+                  opt.clip_gradient or None)
+        return True
 
     def set_learning_rate(self, lr):
         self.optimizer.set_learning_rate(lr)

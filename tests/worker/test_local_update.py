@@ -64,3 +64,34 @@ def test_a_stateful_local_optimizer_says_so_and_its_states_round_trip():
     again.set_states(blob)
     np.testing.assert_array_equal(again.updater.states[7].asnumpy(), local.updater.states[7].asnumpy())
     assert LocalUpdate().get_states() is None and LocalUpdate().learning_rate is None
+
+
+def test_plain_sgd_runs_natively_bit_for_bit_as_the_updater_and_the_rest_through_it():
+    """The default local optimizer (SGD, no momentum, no weight decay) steps each run in one
+    native pass (codec.sgd): the same bits, states and update counts as MXNet's Updater, with
+    lr_mult and clipping; weight decay or momentum go through the Updater."""
+    from unittest import mock
+    from cdsgd_mx import codec
+    rng = np.random.default_rng(4)
+    n = 1003
+    grad, w0 = rng.normal(0, 3, n).astype(np.float32), rng.normal(0, 1, n).astype(np.float32)
+    for params, native in (({}, True), ({"clip_gradient": 0.5}, True), ({"wd": 1e-4}, False),
+                           ({"momentum": 0.9}, False)):
+        runs = lambda loc, g: [(3, g[0:400], loc[0:400]), (4, g[400:n], loc[400:n])]
+        glob = mx.optimizer.create("sgd", learning_rate=0.1, rescale_grad=1 / 32)
+        ours, theirs = LocalUpdate("sgd", params), LocalUpdate("sgd", params)
+        for local in (ours, theirs):
+            local.bind(glob)
+            local.optimizer.lr_mult[4] = 0.5
+        mine, g = mx.nd.array(w0), mx.nd.array(grad)
+        with mock.patch.object(codec, "sgd", wraps=codec.sgd) as native_sgd:
+            for _ in range(2):
+                ours.step(type("Set", (), {"runs": runs(mine, g)}))
+        assert native_sgd.called == native, params
+        want = mx.nd.array(w0)
+        for _ in range(2):
+            for index, gr, loc in runs(want, g):
+                theirs.updater(index, gr, loc)
+        np.testing.assert_array_equal(mine.asnumpy().view(np.uint32), want.asnumpy().view(np.uint32))
+        assert sorted(ours.updater.states) == sorted(theirs.updater.states) == [3, 4]
+        assert ours.optimizer._index_update_count == theirs.optimizer._index_update_count
