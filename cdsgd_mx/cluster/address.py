@@ -11,6 +11,10 @@ the first host.
 import os
 import socket
 
+# the scheduler's exit code when its port was taken between the launcher's pick and its bind
+# (ps-lite gives the scheduler no second try): the launcher starts the job again on another port
+EXIT_PORT_TAKEN = 76
+
 
 def towards(peer, port=9):
     """This machine's source address on the route to peer (an address or a resolvable name);

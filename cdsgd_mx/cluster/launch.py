@@ -70,6 +70,7 @@ SERVERS_ENV = "CDSGD_SERVERS"  # tells a worker whose servers these are: 'cdsgd'
 EXIT_TIMEOUT = 124
 EXIT_STALL = heartbeat.EXIT_STALL  # 75, EX_TEMPFAIL: the job stalled (a node stopped or hung); a restart may get past it
 SELF_WATCH_BEHIND = 60.0  # seconds the nodes' own stall watch waits beyond the launcher's
+PORT_TRIES = 5  # scheduler ports tried per attempt, each free when picked (free_port)
 EXIT_UNEVEN = 1  # uneven steps: the script's own bug, no restart gets past it
 
 def describe_exit(code):
@@ -214,8 +215,13 @@ def run_with_restarts(args):
     before = None  # the failed attempt's outcome
     os.environ.setdefault("CDSGD_RUN_ID", auth.new_secret()[:16])  # one per run, the same for every attempt
     for attempt in range(args.max_restarts + 1):
-        outcome = {"attempt": attempt, "before": before, "restartable": True}
-        rc = run_job(args, outcome)
+        for tries in range(1, PORT_TRIES + 1):
+            outcome = {"attempt": attempt, "before": before, "restartable": True}
+            rc = run_job(args, outcome)
+            if "port_taken" not in outcome:
+                break
+            print("launch | " + ("starting the job again on another port" if tries < PORT_TRIES else
+                                 "%d ports taken in a row; stopping" % PORT_TRIES), flush=True)
         if rc == 0 or not outcome["restartable"] or attempt == args.max_restarts:
             return rc
         before = outcome
@@ -318,7 +324,16 @@ def run_job(args, outcome=None):
             failed = [(l, p.returncode) for l, p in job.procs if p.poll() is not None and p.returncode != 0]
             if failed:
                 label, code = failed[0]
-                outcome["cause"] = "%s exited with %s" % (label, describe_exit(code))
+                if label == "scheduler" and code == address.EXIT_PORT_TAKEN:
+                    outcome["restartable"] = False
+                    if not args.port:  # no node could register yet: nothing ran, the job starts again as it was
+                        outcome["port_taken"] = port
+                        job.say("the scheduler's port %d was taken before the scheduler could bind it (another "
+                                "job's?)" % port)
+                        return 1
+                    outcome["cause"] = "--port %d was taken before the scheduler could bind it (another job?)" % port
+                else:
+                    outcome["cause"] = "%s exited with %s" % (label, describe_exit(code))
                 job.say("%s; stopping the job" % outcome["cause"])
                 return code if code and code > 0 else 1
             if all(p.poll() is not None for _, p in workers):

@@ -64,7 +64,7 @@ import numpy as np
 
 from cdsgd_mx.wire import auth, proofs, protocol
 from cdsgd_mx import codec
-from cdsgd_mx.cluster import heartbeat, hub
+from cdsgd_mx.cluster import address, heartbeat, hub
 from cdsgd_mx.mxnet_import import import_mxnet
 from cdsgd_mx.wire.proofs import FP32, FP32_TRACKED
 from cdsgd_mx.wire.pull_compression import PULL_2BIT, ServerCopies
@@ -561,7 +561,9 @@ def run_scheduler():
 
     def check(rc):
         if rc != 0:
-            sys.exit("cdsgd_mx scheduler: %s" % lib.MXGetLastError().decode("utf-8", "replace"))
+            error = lib.MXGetLastError().decode("utf-8", "replace")
+            sys.stderr.write("cdsgd_mx scheduler: %s\n" % error)
+            sys.exit(address.EXIT_PORT_TAKEN if "bind failed" in error else 1)
     heartbeat.start()
     if not os.environ.get(heartbeat.MONITOR):  # no launcher of ours watches the job: the hub here does
         try:
@@ -600,8 +602,8 @@ def main():
     if {"-h", "--help"} & set(sys.argv[1:]):
         print(USAGE)
         return
-    if "--stock" in sys.argv[1:]:
-        import_mxnet()  # MXNet's own server loop runs on import
+    if "--stock" in sys.argv[1:] and os.environ.get("DMLC_ROLE") != "scheduler":
+        import_mxnet()  # MXNet's own server loop runs on import (a scheduler's loop is ps-lite's either way)
     else:
         run_node()
 

@@ -78,6 +78,38 @@ def test_a_taken_port_is_named_before_anything_starts():
     assert "Traceback" not in proc.stderr and time.time() - start < 10
 
 
+def _launch_with_first_port(port, args):
+    """The launcher, its first pick of a scheduler port made `port` and its check of --port
+    blind: the race in which another process takes the port between the pick and the bind."""
+    code = ("import sys\nfrom cdsgd_mx.cluster import launch\npicks = [%d]\nreal = launch.free_port\n"
+            "launch.free_port = lambda host: picks.pop() if picks else real(host)\n"
+            "launch.port_taken = lambda host, port: False\nsys.exit(launch.main(sys.argv[1:]))\n" % port)
+    return subprocess.run([sys.executable, "-c", code] + args, cwd=ROOT, capture_output=True, text=True, timeout=90)
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["picked", "--port"])
+def test_a_port_taken_before_the_scheduler_binds_it(given):
+    """Picked by the launcher: the job starts again on another port and runs; given with --port:
+    the job stops naming it, without a traceback."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:  # another job's scheduler, come in between
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        proc = _launch_with_first_port(port, ["-n", "1", "-s", "1"] + (["--port", str(port)] if given else []) +
+                                       ["--"] + worker_code("print('ran', flush=True)"))
+    out = proc.stdout + proc.stderr
+    if given:
+        assert proc.returncode != 0 and "ran" not in proc.stdout, out
+        assert "--port %d was taken before the scheduler could bind it" % port in proc.stdout, out
+    else:
+        assert proc.returncode == 0, out
+        assert "the scheduler's port %d was taken before the scheduler could bind it" % port in proc.stdout
+        assert "starting the job again on another port" in proc.stdout
+        assert "worker 0 | ran" in proc.stdout
+    assert "Traceback" not in out
+
+
 def _netns_allowed():
     import shutil
     if not all(shutil.which(t) for t in ("unshare", "ip", "tc")):
