@@ -220,6 +220,23 @@ def test_a_job_over_a_real_sshd_on_loopback(real_sshd):
     assert proc.stdout.count("RANK") == 2
 
 
+def test_nodes_over_ssh_import_from_the_launchers_pythonpath(real_sshd, tmp_path):
+    """sshd gives remote commands a fresh environment: a package found through the launcher's
+    PYTHONPATH (a checkout not installed) must be the one the nodes import, not another."""
+    env, hostfile, port, marker = real_sshd
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "only_on_pythonpath.py").write_text("VALUE = %r\n" % marker)
+    env = dict(env, PYTHONPATH=str(tmp_path / "pkg"))
+    code = ("import only_on_pythonpath, mxnet as mx, cdsgd_mx\nkv = mx.kv.create('dist_sync')\n"
+            "print('FOUND', only_on_pythonpath.VALUE, flush=True)\n")
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.launch", "-n", "1", "-s", "1", "-H", str(hostfile),
+                           "--ssh-port", str(port), "--host", "127.0.0.1", "--env", "DMLC_INTERFACE=lo",
+                           "--timeout", "90", "--", sys.executable, "-c", code],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "FOUND %s" % marker in proc.stdout
+
+
 def test_nodes_over_a_real_sshd_stop_when_the_launcher_is_killed_during_start_up(real_sshd):
     """The case seen once: SIGKILL to the launcher while the workers are still starting (before
     their kvstore exists) must leave no server or worker behind on the host. sshd gives remote
