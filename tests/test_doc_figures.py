@@ -287,7 +287,8 @@ def scaling_cells(link, model="inception_bn"):
 
 
 def test_the_scaling_tables_are_their_raw_files():
-    for link, model in (("1gbit", "inception_bn"), ("10gbit", "inception_bn"), ("1gbit", "resnet50")):
+    for link, model in (("1gbit", "inception_bn"), ("10gbit", "inception_bn"), ("1gbit", "resnet50"),
+                        ("10gbit", "resnet50")):
         text, cells = scaling_cells(link, model)
         table = {}
         for r in rows(text):
@@ -519,6 +520,26 @@ def test_the_resnet50_cells_are_their_raw_file():
     assert "CD-SGD %.0f%% faster than BIT-SGD at 2 + 1, %.0f%% slower at 4 + 1 (as the model says), %s of stock fp32's " \
         "step" % (100 * (ms[0]["bitsgd"] / ms[0]["cdsgd"] - 1), 100 * (ms[1]["cdsgd"] / ms[1]["bitsgd"] - 1),
                   span([m["cdsgd"] / m["stock_fp32"] for m in ms], "%.2f")) in answers
+
+
+def test_the_resnet50_cells_at_10gbit_are_their_raw_file():
+    from cdsgd_mx.bench import scaling
+    text, cells = scaling_cells("10gbit", "resnet50")
+    assert [(c["workers"], c["servers"]) for c in cells] == [(2, 1), (4, 1)]
+    page = " ".join(text.replace("**", "").split())
+    ms = [c["iter_ms"] for c in cells]
+    busy = [c["cpu_busy"] for c in cells]
+    assert min(b["cdsgd"] for b in busy) >= scaling.CPU_BOUND  # "both are bound by this machine's cores"
+    assert "(%.0f%% and %.0f%% busy for CD-SGD, %s both ways)" % (
+        100 * busy[0]["cdsgd"], 100 * busy[1]["cdsgd"], span([100 * b["cdsgd_2bit"] for b in busy], "%.0f%%").replace(
+            "%-", "-")) in page
+    assert "CD-SGD takes %s of stock fp32's step and %s of MXNet's 2-bit, but our S-SGD takes %sx stock fp32's" % (
+        span([m["cdsgd"] / m["stock_fp32"] for m in ms], "%.2f"), span([m["cdsgd"] / m["stock_2bit"] for m in ms], "%.2f"),
+        span([m["ssgd"] / m["stock_fp32"] for m in ms], "%.2f")) in page
+    assert min(m["ssgd"] / m["stock_fp32"] for m in ms) > 1
+    phi16 = [next(j for j in c["jobs"] if "ssgd" in j["algorithms"])["phi_ms"] for c in cells]
+    assert "cost %.0f and %.0f ms a round alone where CD-SGD's 2^20-value fp32 corrections cost %.0f and %.0f" % (
+        *phi16, *[c["phi_ms"] for c in cells]) in page
 
 
 # --- what a bucket costs ---------------------------------------------------------------------
