@@ -542,6 +542,18 @@ def test_the_resnet50_cells_at_10gbit_are_their_raw_file():
         *phi16, *[c["phi_ms"] for c in cells]) in page
 
 
+def test_the_bucket_advice_for_fast_links_is_the_10gbit_cells():
+    usage = " ".join((ROOT / "docs" / "usage.md").read_text().split())
+    ratios = []
+    for model in ("inception_bn", "resnet50"):
+        _, cells = scaling_cells("10gbit", model)
+        for c in cells:
+            if (c["workers"], c["servers"]) in ((2, 1), (4, 1)):
+                ratios.append(next(j for j in c["jobs"] if "ssgd" in j["algorithms"])["phi_ms"] / c["phi_ms"])
+    assert len(ratios) == 4 and min(ratios) > 1
+    assert "their fp32 round alone took %s longer on 2^16 there" % span(ratios, "%.1fx").replace("x-", "-") in usage
+
+
 # --- what a bucket costs ---------------------------------------------------------------------
 
 def test_what_a_bucket_costs_is_its_raw_files():
