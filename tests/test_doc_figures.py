@@ -273,6 +273,11 @@ STEP_COLUMNS = ("stock_fp32", "stock_2bit", "ssgd", "bitsgd", "odsgd", "cdsgd", 
 OURS = ("ssgd", "bitsgd", "odsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit")
 
 
+def ssgd_phi(cell):
+    """S-SGD's fp32 round alone, timed in the cell's job on S-SGD's own (2^16-value) buckets."""
+    return next(j for j in cell["jobs"] if "ssgd" in j["algorithms"])["phi_ms"]
+
+
 def scaling_cells(link, model="inception_bn"):
     """The cells of the scaling subsection for a model and link, from the one raw JSON it links
     to, with cores busy as bench.scaling computes it today (per job)."""
@@ -296,9 +301,8 @@ def test_the_scaling_tables_are_their_raw_files():
         for c in cells:
             steps, model = table["%d + %d" % (c["workers"], c["servers"])]
             assert steps == ["%.1f" % c["iter_ms"][a] for a in STEP_COLUMNS], (link, c["workers"])
-            fp32_job = next(j for j in c["jobs"] if "ssgd" in j["algorithms"])
             assert model == ["%.1f" % c["tau_ms"]] + ["%.0f" % v for v in (
-                fp32_job["phi_ms"], c["phi_ms"], c["psi_plus_delta_ms"], c["psi_pull_plus_delta_ms"])] + \
+                ssgd_phi(c), c["phi_ms"], c["psi_plus_delta_ms"], c["psi_pull_plus_delta_ms"])] + \
                 ["%.2f" % (c["iter_ms"][a] / c["model_ms"][a]) for a in OURS] + \
                 ["%.0f%%, %.0f%%" % (100 * c["cpu_busy"]["cdsgd"], 100 * c["cpu_busy"]["cdsgd_2bit"])], (link, c["workers"])
 
@@ -333,7 +337,7 @@ def test_the_scaling_answers_are_their_raw_files():
     assert "From 8 workers the cells keep %s of the 2 cores busy" % span([100 * b for b in busy[2:]], "%.0f%%").replace(
         "%-", "-") in page
     assert "CD-SGD against S-SGD: %s of its step at 1 Gbit/s" % span(t(slow, "cdsgd", "ssgd"), "%.2f") in page
-    phi16 = [next(j for j in c["jobs"] if "ssgd" in j["algorithms"])["phi_ms"] for c in slow]
+    phi16 = [ssgd_phi(c) for c in slow]
     assert "2^16-value buckets (%s ms alone), CD-SGD's corrections over its 2^20-value buckets (%s ms)" % (
         span(phi16, "%.0f"), span([c["phi_ms"] for c in slow], "%.0f")) in page
     per_model = [c["iter_ms"][a] / c["model_ms"][a] for c in slow for a in OURS]
@@ -510,7 +514,7 @@ def test_the_resnet50_cells_are_their_raw_file():
     assert "CD-SGD's step takes %s of stock fp32's and %s of MXNet's 2-bit" % (
         span([m["cdsgd"] / m["stock_fp32"] for m in ms], "%.2f"), span([m["cdsgd"] / m["stock_2bit"] for m in ms], "%.2f")) in page
     assert "BIT-SGD both ways takes %s of BIT-SGD's step" % span([m["bitsgd_2bit"] / m["bitsgd"] for m in ms], "%.2f") in page
-    phis = [(c["phi_ms"], next(j for j in c["jobs"] if "ssgd" in j["algorithms"])["phi_ms"]) for c in cells]
+    phis = [(c["phi_ms"], ssgd_phi(c)) for c in cells]
     assert "phi %.0f-%.0f ms at 2 + 1 and %.0f-%.0f at 4 + 1, against 3468 and 6930 before" % (
         min(phis[0]), max(phis[0]), min(phis[1]), max(phis[1])) in page
     assert "cut ResNet-50's fp32 round by %s" % span([100 * (1 - min(p) / before) for p, before in zip(phis, (3468, 6930))],
@@ -537,7 +541,7 @@ def test_the_resnet50_cells_at_10gbit_are_their_raw_file():
         span([m["cdsgd"] / m["stock_fp32"] for m in ms], "%.2f"), span([m["cdsgd"] / m["stock_2bit"] for m in ms], "%.2f"),
         span([m["ssgd"] / m["stock_fp32"] for m in ms], "%.2f")) in page
     assert min(m["ssgd"] / m["stock_fp32"] for m in ms) > 1
-    phi16 = [next(j for j in c["jobs"] if "ssgd" in j["algorithms"])["phi_ms"] for c in cells]
+    phi16 = [ssgd_phi(c) for c in cells]
     assert "cost %.0f and %.0f ms a round alone where CD-SGD's 2^20-value fp32 corrections cost %.0f and %.0f" % (
         *phi16, *[c["phi_ms"] for c in cells]) in page
 
@@ -549,7 +553,7 @@ def test_the_bucket_advice_for_fast_links_is_the_10gbit_cells():
         _, cells = scaling_cells("10gbit", model)
         for c in cells:
             if (c["workers"], c["servers"]) in ((2, 1), (4, 1)):
-                ratios.append(next(j for j in c["jobs"] if "ssgd" in j["algorithms"])["phi_ms"] / c["phi_ms"])
+                ratios.append(ssgd_phi(c) / c["phi_ms"])
     assert len(ratios) == 4 and min(ratios) > 1
     assert "their fp32 round alone took %s longer on 2^16 there" % span(ratios, "%.1fx").replace("x-", "-") in usage
 
