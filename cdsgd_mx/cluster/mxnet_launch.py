@@ -14,18 +14,29 @@ by hand. Here every node it starts is a process of its own session; the first on
 non-zero stops all the others, and this command exits 1, naming it. (With --launcher ssh that
 stops the local ssh clients; the remote nodes end with them where sshd hangs up on them.)
 
+Two jobs started in the same second on one host: the tracker takes the lowest free port from
+9091 for the scheduler, so both took the same one; one scheduler could not bind it and its nodes
+joined the other job's scheduler, and both jobs failed. Here the port is drawn at random from the
+tracker's own range (9091-9998, so a firewall opened for tools/launch.py still fits), and a job
+whose scheduler found its port taken (our scheduler exits 76) is started again on another.
+
 The script it runs needs `import cdsgd_mx` as its first import (on a server or the scheduler
 that runs ours and exits; docs/usage.md, "Launching on a cluster"), and the job's secret in a
 file only its owner can read, named by CDSGD_SECRET_FILE on every node (auth.py).
 """
 import importlib.util
 import os
+import random
+import re
 import runpy
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+
+from cdsgd_mx.cluster.address import EXIT_PORT_TAKEN
 
 
 def tools_launch_path():
@@ -41,6 +52,32 @@ def tools_launch_path():
 
 STOPPED_CODES = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL)  # our stop's
 ROLE_ORDER = {"worker": 0, "server": 1, "scheduler": 2}
+TRACKER_PORTS = range(9091, 9999)  # where dmlc_tracker's PSTracker looks for the scheduler's port
+PORT_TRIES = 5  # jobs started per run, each on another port, while the scheduler finds its port taken
+
+
+def free_tracker_port(rng=random):
+    """A port of TRACKER_PORTS free now, drawn at random; None if 100 draws found none."""
+    for _ in range(100):
+        port = rng.choice(TRACKER_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))  # as the tracker checks it
+            except OSError:
+                continue
+        return port
+    return None
+
+
+def role_of(args, kwargs):
+    """The node a Popen of the tracker starts: DMLC_ROLE in its environment (the scheduler, and
+    --launcher local's nodes), or in its command (--launcher ssh's `export DMLC_ROLE=...`)."""
+    role = (kwargs.get("env") or {}).get("DMLC_ROLE")
+    if role is None:
+        cmd = args[0] if args else kwargs.get("args", "")
+        found = re.search(r"DMLC_ROLE=(\w+)", cmd if isinstance(cmd, str) else " ".join(map(str, cmd)))
+        role = found.group(1) if found else "scheduler"
+    return role
 
 
 class Nodes:
@@ -58,13 +95,14 @@ class Nodes:
             def __init__(self, *args, **kwargs):
                 kwargs.setdefault("start_new_session", True)  # its group: stopping it stops its children
                 super().__init__(*args, **kwargs)
-                self.role = (kwargs.get("env") or {}).get("DMLC_ROLE", "scheduler")
+                self.role, self.reported = role_of(args, kwargs), False
                 with nodes.lock:
                     nodes.procs.append(self)
 
             def wait(self, timeout=None):
                 code = super().wait(timeout)
-                if code != 0:
+                if code != 0 and not self.reported:  # (check_call waits twice: once, and on leaving)
+                    self.reported = True
                     nodes.fail(self, code)
                 return code
         return Node
@@ -99,16 +137,38 @@ def main(argv=None):
     path = tools_launch_path()
     if not hasattr(threading.Thread, "isAlive"):
         threading.Thread.isAlive = threading.Thread.is_alive  # the name dmlc_tracker still calls
-    sys.argv = [path] + list(sys.argv[1:] if argv is None else argv)
+    argv = [path] + list(sys.argv[1:] if argv is None else argv)
+    for tries in range(1, PORT_TRIES + 1):
+        port = free_tracker_port()
+        nodes = run_tracker(path, argv, port)
+        if not nodes.failed:
+            return
+        if nodes.failed[0] != ("scheduler", EXIT_PORT_TAKEN) or tries == PORT_TRIES:
+            sys.exit(verdict(nodes.failed))
+        sys.stderr.write("cdsgd_mx.mxnet_launch: the scheduler's port %s was taken before the scheduler could bind "
+                         "it (another job's?): starting the job again on another port\n" % port)
+        sys.stderr.flush()
+
+
+def run_tracker(path, argv, port):
+    """One job: tools/launch.py run as shipped, its scheduler's port search starting at port
+    (None: the tracker's own lowest free one), every node it starts watched by Nodes."""
+    from dmlc_tracker import tracker
+    shipped = tracker.PSTracker
+
+    class PSTracker(shipped):
+        def __init__(self, hostIP, cmd, envs=None, **ignored):
+            super().__init__(hostIP, cmd, port=port or TRACKER_PORTS.start, port_end=TRACKER_PORTS.stop, envs=envs)
+    sys.argv = list(argv)
     nodes = Nodes()
     real = subprocess.Popen
     subprocess.Popen = nodes.popen(real)  # (subprocess.call and check_call look it up at each call)
+    tracker.PSTracker = PSTracker  # (tracker.submit looks it up at each call)
     try:
         runpy.run_path(path, run_name="__main__")
     finally:
-        subprocess.Popen = real
-    if nodes.failed:
-        sys.exit(verdict(nodes.failed))
+        subprocess.Popen, tracker.PSTracker = real, shipped
+    return nodes
 
 
 def verdict(failed):

@@ -56,6 +56,51 @@ def test_the_first_import_makes_mxnets_launcher_run_our_nodes(tmp_path):
     assert_simulated(out)
 
 
+def test_a_scheduler_port_taken_after_the_trackers_pick_starts_the_job_again(tmp_path):
+    """Another process binds the scheduler's port after the tracker chose it and before the
+    scheduler binds it (in CI: another job's scheduler, which MXNet's tracker had given the same
+    lowest free port; that job's nodes then joined the other's scheduler and both failed). Our
+    scheduler exits 76; the job starts again on another port and trains to the simulation."""
+    secret, out, args = job_files(tmp_path)
+    holder = "import socket, sys, time; s = socket.socket(); s.bind(('', int(sys.argv[1]))); s.listen(1); " \
+             "open('held', 'w').close(); time.sleep(60)"
+    run = tmp_path / "run.sh"  # the first scheduler finds its port taken: the race, made certain
+    run.write_text(
+        "if [ \"$DMLC_ROLE\" = scheduler ] && mkdir first_scheduler 2>/dev/null; then\n"
+        "  %(py)s -c \"%(holder)s\" $DMLC_PS_ROOT_PORT & held=$!\n"
+        "  echo \"port $DMLC_PS_ROOT_PORT held\"; while [ ! -e held ]; do sleep 0.1; done\n"
+        "  %(py)s %(worker)s; rc=$?; kill $held; exit $rc\n"
+        "fi\nexec %(py)s %(worker)s\n" % dict(py=sys.executable, holder=holder, worker=WORKER))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDSGD_", "DMLC_"))}
+    env.update(CDSGD_SECRET_FILE=str(secret), MXNET_KVSTORE_BIGARRAY_BOUND=str(BOUND), DMLC_INTERFACE="lo",
+               CDSGD_STALL_TIMEOUT="60", ENGINE_WORKER_ARGS=json.dumps(args))
+    cmd = [sys.executable, "-m", "cdsgd_mx.mxnet_launch", "--launcher", "local", "-n", "2", "-s", "1", "bash", str(run)]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    held = [line.split()[1] for line in text.splitlines() if line.startswith("port ") and line.endswith(" held")]
+    assert len(held) == 1, text[-3000:]
+    assert ("the scheduler's port %s was taken before the scheduler could bind it (another job's?): "
+            "starting the job again on another port" % held[0]) in text, text[-3000:]
+    assert_simulated(out)
+
+
+def test_the_schedulers_port_is_drawn_from_the_trackers_range_and_free():
+    """MXNet's tracker takes the lowest free port from 9091, the same for two jobs started
+    together; ours draws one at random from the same range, and never a taken one."""
+    import random
+    import socket
+    from cdsgd_mx.cluster.mxnet_launch import TRACKER_PORTS, free_tracker_port
+    rng = random.Random(5)
+    drawn = {free_tracker_port(rng) for _ in range(20)}
+    assert len(drawn) > 15 and all(p in TRACKER_PORTS for p in drawn), drawn
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("", random.Random(7).choice(TRACKER_PORTS)))
+        busy.listen(1)
+        taken = busy.getsockname()[1]
+        assert free_tracker_port(random.Random(7)) not in (taken, None)
+
+
 def test_a_failing_worker_ends_the_job_under_mxnets_launcher_with_a_failure(tmp_path):
     """tools/launch.py --launcher local with workers that raise: before issue 39 the scheduler and
     servers kept running until killed by hand and the launcher then exited 0. Now the first
@@ -103,3 +148,26 @@ def test_a_worker_that_failed_on_its_own_is_named_though_its_server_was_seen_fir
     assert "a server exited with 1: stopping the job's other 0 process(es)" in capsys.readouterr().err
     assert mxnet_launch.verdict(nodes.failed) == ("cdsgd_mx.mxnet_launch: the job failed: a worker exited with 1, "
                                                   "a server exited with 1 (its output is above)")
+
+
+def test_a_node_is_named_by_its_role_and_once():
+    """--launcher ssh starts each node as `ssh HOST 'export DMLC_ROLE=worker; ...'` with no env
+    of its own: before, every such node that failed was named a scheduler. subprocess.check_call
+    waits for a node twice (once, and on leaving its with-block): before, the verdict named a
+    failed node twice."""
+    from cdsgd_mx.cluster import mxnet_launch
+    ssh = "ssh -o StrictHostKeyChecking=no 10.0.0.2 -p 22 'export DMLC_NUM_WORKER=2; export DMLC_ROLE=server; cd /x; bash run.sh'"
+    assert mxnet_launch.role_of((ssh,), {}) == "server"
+    assert mxnet_launch.role_of(("bash run.sh",), {"env": {"DMLC_ROLE": "scheduler"}}) == "scheduler"
+    assert mxnet_launch.role_of(([sys.executable, "w.py"],), {"env": {"DMLC_ROLE": "worker"}}) == "worker"
+    nodes = mxnet_launch.Nodes()
+    failing = [sys.executable, "-c", "import sys; sys.exit(3)", "DMLC_ROLE=worker"]
+    assert subprocess.call(failing) == 3  # (through the real Popen: nothing recorded)
+    real = subprocess.Popen
+    subprocess.Popen = nodes.popen(real)
+    try:
+        with pytest.raises(subprocess.CalledProcessError):
+            subprocess.check_call(failing)
+    finally:
+        subprocess.Popen = real
+    assert nodes.failed == [("worker", 3)]
