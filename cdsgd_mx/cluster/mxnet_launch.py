@@ -86,7 +86,7 @@ class Nodes:
 
     def __init__(self):
         self.procs, self.failed, self.lock = [], [], threading.Lock()
-        self.stopping = False
+        self.stopping, self.port = False, None
 
     def popen(self, real):
         nodes = self
@@ -139,28 +139,29 @@ def main(argv=None):
         threading.Thread.isAlive = threading.Thread.is_alive  # the name dmlc_tracker still calls
     argv = [path] + list(sys.argv[1:] if argv is None else argv)
     for tries in range(1, PORT_TRIES + 1):
-        port = free_tracker_port()
-        nodes = run_tracker(path, argv, port)
+        nodes = run_tracker(path, argv, free_tracker_port())
         if not nodes.failed:
             return
         if nodes.failed[0] != ("scheduler", EXIT_PORT_TAKEN) or tries == PORT_TRIES:
             sys.exit(verdict(nodes.failed))
         sys.stderr.write("cdsgd_mx.mxnet_launch: the scheduler's port %s was taken before the scheduler could bind "
-                         "it (another job's?): starting the job again on another port\n" % port)
+                         "it (another job's?): starting the job again on another port\n" % nodes.port)
         sys.stderr.flush()
 
 
 def run_tracker(path, argv, port):
     """One job: tools/launch.py run as shipped, its scheduler's port search starting at port
-    (None: the tracker's own lowest free one), every node it starts watched by Nodes."""
+    (None: the tracker's own lowest free one), every node it starts watched by Nodes (and the
+    port the tracker gave the scheduler in nodes.port)."""
     from dmlc_tracker import tracker
     shipped = tracker.PSTracker
+    nodes = Nodes()
 
     class PSTracker(shipped):
         def __init__(self, hostIP, cmd, envs=None, **ignored):
             super().__init__(hostIP, cmd, port=port or TRACKER_PORTS.start, port_end=TRACKER_PORTS.stop, envs=envs)
+            nodes.port = getattr(self, "port", None)
     sys.argv = list(argv)
-    nodes = Nodes()
     real = subprocess.Popen
     subprocess.Popen = nodes.popen(real)  # (subprocess.call and check_call look it up at each call)
     tracker.PSTracker = PSTracker  # (tracker.submit looks it up at each call)
