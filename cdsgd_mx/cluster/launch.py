@@ -97,6 +97,17 @@ def port_taken(host, port):
     return False
 
 
+def free_port_in(host, ports, tries=200, rng=None):
+    """A port of `ports` on which nothing listens on host now, drawn at random (two jobs started
+    together draw different ones); None if `tries` draws found none."""
+    rng = rng or random.Random()
+    for _ in range(tries):
+        port = rng.choice(ports)
+        if not port_taken(host, port):
+            return port
+    return None
+
+
 def free_port(host):
     """A free port for the scheduler, below the kernel's ephemeral range where one exists. The
     other nodes bind port 0, i.e. an ephemeral port: one released here could be handed to a
@@ -107,11 +118,9 @@ def free_port(host):
             low = int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         low = 0
-    rng = random.Random()
-    for _ in range(200 if low > 11000 else 0):
-        port = rng.randrange(10000, low)
-        if not port_taken(host, port):
-            return port
+    port = free_port_in(host, range(10000, low)) if low > 11000 else None
+    if port is not None:
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

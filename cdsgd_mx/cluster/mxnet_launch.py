@@ -26,17 +26,16 @@ file only its owner can read, named by CDSGD_SECRET_FILE on every node (auth.py)
 """
 import importlib.util
 import os
-import random
 import re
 import runpy
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
 from cdsgd_mx.cluster.address import EXIT_PORT_TAKEN
+from cdsgd_mx.cluster.launch import free_port_in
 
 
 def tools_launch_path():
@@ -54,19 +53,6 @@ STOPPED_CODES = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + s
 ROLE_ORDER = {"worker": 0, "server": 1, "scheduler": 2}
 TRACKER_PORTS = range(9091, 9999)  # where dmlc_tracker's PSTracker looks for the scheduler's port
 PORT_TRIES = 5  # jobs started per run, each on another port, while the scheduler finds its port taken
-
-
-def free_tracker_port(rng=random):
-    """A port of TRACKER_PORTS free now, drawn at random; None if 100 draws found none."""
-    for _ in range(100):
-        port = rng.choice(TRACKER_PORTS)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("", port))  # as the tracker checks it
-            except OSError:
-                continue
-        return port
-    return None
 
 
 def role_of(args, kwargs):
@@ -139,7 +125,7 @@ def main(argv=None):
         threading.Thread.isAlive = threading.Thread.is_alive  # the name dmlc_tracker still calls
     argv = [path] + list(sys.argv[1:] if argv is None else argv)
     for tries in range(1, PORT_TRIES + 1):
-        nodes = run_tracker(path, argv, free_tracker_port())
+        nodes = run_tracker(path, argv, free_port_in("", TRACKER_PORTS))
         if not nodes.failed:
             return
         if nodes.failed[0] != ("scheduler", EXIT_PORT_TAKEN) or tries == PORT_TRIES:

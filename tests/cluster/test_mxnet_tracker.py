@@ -90,15 +90,16 @@ def test_the_schedulers_port_is_drawn_from_the_trackers_range_and_free():
     together; ours draws one at random from the same range, and never a taken one."""
     import random
     import socket
-    from cdsgd_mx.cluster.mxnet_launch import TRACKER_PORTS, free_tracker_port
+    from cdsgd_mx.cluster.launch import free_port_in
+    from cdsgd_mx.cluster.mxnet_launch import TRACKER_PORTS
     rng = random.Random(5)
-    drawn = {free_tracker_port(rng) for _ in range(20)}
+    drawn = {free_port_in("", TRACKER_PORTS, rng=rng) for _ in range(20)}
     assert len(drawn) > 15 and all(p in TRACKER_PORTS for p in drawn), drawn
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
         busy.bind(("", random.Random(7).choice(TRACKER_PORTS)))
         busy.listen(1)
         taken = busy.getsockname()[1]
-        assert free_tracker_port(random.Random(7)) not in (taken, None)
+        assert free_port_in("", TRACKER_PORTS, rng=random.Random(7)) not in (taken, None)
 
 
 def test_a_failing_worker_ends_the_job_under_mxnets_launcher_with_a_failure(tmp_path):
