@@ -52,6 +52,10 @@ Columns (ms per round; arrays: the model's parameter arrays with a gradient, pus
               (cdsgd_mx.CDSGD): one pushpull per parameter, as Module and fit.py scripts hand a
               step over, collected into buckets by the store (worker/fusion.py); printed under the
               table beside the Trainer's own figure from its job (run ssgd / bitsgd too)
+  ssgd_unwindowed (not in the default list) S-SGD with no window of fp32 pushes in flight
+              (CDSGD_PUSH_WINDOW=0: every bucket pushed at once, as before the window); printed
+              under the table with ssgd / ssgd_unwindowed (run ssgd too; with --repeats the jobs
+              take turns)
   fp32 bound  W * (4 B pushed + 4 B pulled) * values / link rate: what the wire alone needs
   2bit bound  W * (0.25 B pushed + 4 B pulled) * values / link rate (no bound for `none`)
   both bound  W * (0.25 B pushed + 0.25 B pulled) * values / link rate: 2 bits both ways

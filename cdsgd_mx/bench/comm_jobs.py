@@ -12,7 +12,8 @@ import sys
 
 from cdsgd_mx.cluster.shaping import netns_prelude, netns_unavailable
 from cdsgd_mx.wire import stages
-from cdsgd_mx.bench.comm_systems import ALTERNATING, OUR_JOBS, WARMUP_ROUNDS
+from cdsgd_mx.bench.comm_systems import ALTERNATING, OUR_JOBS, UNWINDOWED, WARMUP_ROUNDS
+from cdsgd_mx.worker.config import PUSH_WINDOW_ENV
 
 
 def netns_problem(link):
@@ -65,6 +66,8 @@ def run_job(args, model, label, system):
     if args.trace and system in OUR_JOBS:
         cmd += ["--trace", os.path.abspath(args.trace), "--link", label.replace("/", "-")]
     env = dict(os.environ, MXNET_KVSTORE_BIGARRAY_BOUND="1000000", CDSGD_PROOF_STATS="1", **{stages.ENV: "1"})
+    if system in UNWINDOWED:
+        env[PUSH_WINDOW_ENV] = "0"
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     found = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
     if proc.returncode != 0 or len(found) < args.workers:

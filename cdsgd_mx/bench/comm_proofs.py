@@ -3,7 +3,7 @@ workers' and a server's part measured in process by the project's own calls, bes
 servers' checks timed inside the jobs."""
 import time
 
-from cdsgd_mx.bench.comm_systems import OURS, build_model
+from cdsgd_mx.bench.comm_systems import ALGORITHM_OF, OURS, build_model
 
 
 def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
@@ -90,25 +90,34 @@ def print_proof_costs(args, results):
     the busiest server) and a worker's work before its pushes and after its pulls (measured
     here in process; the next round's proofs are written ahead, once the round is ready, beside
     the next step). The servers' part twice: wall time (on a machine whose cores the job's
-    processes share, it includes waiting for a core) and the server thread's CPU time."""
+    processes share, it includes waiting for a core) and the server thread's CPU time. Each
+    system on its own bucket plan (--bucket-size, else its algorithm's default)."""
+    from cdsgd_mx.worker.buckets import default_bucket_size
     print("\nproof of every push (auth.py), added to a round's critical path (wall; with the servers' CPU time):")
     for model in args.models:
-        path_us, next_us, plan_buckets = proof_cost(model, args.workers, args.servers, args.bucket_size, repeats=50)
-        shares = []
-        for link in args.bandwidth:
-            for system in OURS:
-                r = results.get((model, link), {}).get(system, {})
-                if r.get("ms") and r.get("server_proof_us") is not None:
+        by_size = {}  # bucket size -> our systems that ran on it
+        for system in OURS:
+            size = args.bucket_size or default_bucket_size(ALGORITHM_OF.get(system, system.replace("_2bit", "")))
+            by_size.setdefault(size, []).append(system)
+        for size, systems in sorted(by_size.items()):
+            measured = [(link, system) for link in args.bandwidth for system in systems
+                        if results.get((model, link), {}).get(system, {}).get("ms")]
+            if not measured and len(by_size) > 1:
+                continue
+            path_us, next_us, plan_buckets = proof_cost(model, args.workers, args.servers, size, repeats=50)
+            shares = []
+            for link, system in measured:
+                r = results[(model, link)][system]
+                if r.get("server_proof_us") is not None:
                     us = path_us + r["server_proof_us"] * plan_buckets
                     cpu = path_us + r["server_proof_cpu_us"] * plan_buckets
                     shares.append("%s %s %.0f us = %.2f%% (%.0f us = %.2f%%)" % (
                         link, system, us, 100 * us / 1e3 / r["ms"], cpu, 100 * cpu / 1e3 / r["ms"]))
-        print("  %s (%d bucket(s) on the busiest server): %s; a worker's next proofs, off the path, %.0f us" % (
-            model, plan_buckets, ", ".join(shares) or "no round measured", next_us))
-        alone = server_proof_cost(model, args.workers, args.bucket_size)
-        us = path_us + alone * plan_buckets
-        shares = ["%s %s %.2f%%" % (link, system, 100 * us / 1e3 / results[(model, link)][system]["ms"])
-                  for link in args.bandwidth for system in OURS
-                  if results.get((model, link), {}).get(system, {}).get("ms")]
-        print("    the same work on an idle core (in process): a worker %.0f us + the server %.0f us per bucket = "
-              "%.0f us per round: %s" % (path_us, alone, us, ", ".join(shares) or "no round measured"))
+            print("  %s, buckets of %d values (%d on the busiest server): %s; a worker's next proofs, off the path, "
+                  "%.0f us" % (model, size, plan_buckets, ", ".join(shares) or "no round measured", next_us))
+            alone = server_proof_cost(model, args.workers, size)
+            us = path_us + alone * plan_buckets
+            shares = ["%s %s %.2f%%" % (link, system, 100 * us / 1e3 / results[(model, link)][system]["ms"])
+                      for link, system in measured]
+            print("    the same work on an idle core (in process): a worker %.0f us + the server %.0f us per bucket = "
+                  "%.0f us per round: %s" % (path_us, alone, us, ", ".join(shares) or "no round measured"))

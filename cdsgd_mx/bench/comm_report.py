@@ -4,7 +4,7 @@ import json
 
 from cdsgd_mx.cluster.shaping import rate_bits
 from cdsgd_mx.bench.comm_jobs import split_link
-from cdsgd_mx.bench.comm_systems import OURS, PER_CALL, ROUND_NAMES, SYSTEMS
+from cdsgd_mx.bench.comm_systems import OURS, PER_CALL, ROUND_NAMES, SYSTEMS, UNWINDOWED
 
 RATIOS = [("bitsgd", "stock_2bit"), ("ssgd", "stock_fp32"), ("bitsgd", "ssgd"), ("bitsgd_2bit", "bitsgd"),
           ("bitsgd_2bit", "stock_2bit")]
@@ -58,6 +58,15 @@ def print_table(args, infos, results):
                     notes.append("%s %s %s (gluon.Trainer / Module's one pushpull per parameter): %.1f ms%s"
                                  % (model, link, system, p["ms"], ", %.2fx cdsgd_mx.Trainer's %.1f ms in its own job"
                                     % (p["ms"] / fused["ms"], fused["ms"]) if fused and "ms" in fused else ""))
+                elif p and "error" in p:
+                    notes.append("%s %s %s failed: %s" % (model, link, system, p["error"]))
+            for system, windowed in UNWINDOWED.items():
+                p, w = res.get(system), res.get(windowed)
+                if p and "ms" in p:
+                    spread = " (each job %s)" % "/".join("%.1f" % ms for ms in p["jobs_ms"]) if p.get("jobs_ms") else ""
+                    notes.append("%s %s %s (no window of fp32 pushes in flight): %.1f ms%s%s"
+                                 % (model, link, system, p["ms"], spread, ", %s / %s %.2f" % (
+                                     windowed, system, w["ms"] / p["ms"]) if w and "ms" in w else ""))
                 elif p and "error" in p:
                     notes.append("%s %s %s failed: %s" % (model, link, system, p["error"]))
             for system, (even, odd) in ROUND_NAMES.items():

@@ -3,14 +3,16 @@ project's server, which time two kinds of round in one job), the round's setting
 model built as a job builds it."""
 
 SYSTEMS = ["stock_fp32", "stock_2bit", "ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"]
-EXTRA_SYSTEMS = ["paired", "paired_pull", "paired_sum", "ssgd_percall", "bitsgd_percall"]  # by name; under the table
+EXTRA_SYSTEMS = ["paired", "paired_pull", "paired_sum", "ssgd_percall", "bitsgd_percall",  # by name; under the table
+                 "ssgd_unwindowed"]
 OURS = ("ssgd", "bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit")
 PER_CALL = ("ssgd_percall", "bitsgd_percall")  # gluon.Trainer with our store: one pushpull per parameter, as Module
-OUR_JOBS = OURS + ("paired", "paired_pull", "paired_sum") + PER_CALL  # jobs on the project's server
+UNWINDOWED = {"ssgd_unwindowed": "ssgd"}  # the system with no window of fp32 pushes in flight (CDSGD_PUSH_WINDOW=0)
+OUR_JOBS = OURS + ("paired", "paired_pull", "paired_sum") + PER_CALL + tuple(UNWINDOWED)  # jobs on the project's server
 PAIRED = {"paired": (("ssgd", "none"), ("bitsgd", "none")),  # (even round, odd round): (algorithm, pull)
           "paired_pull": (("bitsgd", "none"), ("bitsgd", "2bit"))}
 ALTERNATING = tuple(PAIRED) + ("paired_sum",)  # jobs whose even and odd rounds are timed apart
-ALGORITHM_OF = {"paired": "bitsgd", "paired_pull": "bitsgd", "paired_sum": "ssgd"}  # (else the system's name)
+ALGORITHM_OF = dict({"paired": "bitsgd", "paired_pull": "bitsgd", "paired_sum": "ssgd"}, **UNWINDOWED)  # (else the system's name)
 ROUND_NAMES = {"paired": ("ssgd", "bitsgd"), "paired_pull": ("bitsgd", "bitsgd_2bit"),  # (even, odd)
                "paired_sum": ("arrival", "rank")}
 WARMUP_ROUNDS = 4     # untimed rounds first: registration, buffers, connections

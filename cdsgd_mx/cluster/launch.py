@@ -65,7 +65,7 @@ from cdsgd_mx.cluster.watchdog import Watchdog
 # it), the servers' codec threads (server/node.py), and PYTHONPATH: where this Python finds its
 # packages (a checkout not installed; the same paths on every host, as the script's), else a
 # script run by path on a host would import whichever cdsgd_mx that host's Python has installed
-FORWARDED = (numerics.ENV, stages.ENV, "CDSGD_SERVER_THREADS", "PYTHONPATH")
+FORWARDED = (numerics.ENV, stages.ENV, "CDSGD_SERVER_THREADS", "CDSGD_PUSH_WINDOW", "PYTHONPATH")
 
 SERVERS_ENV = "CDSGD_SERVERS"  # tells a worker whose servers these are: 'cdsgd' (ours) or 'stock' (worker/doors.py)
 

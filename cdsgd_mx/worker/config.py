@@ -2,13 +2,14 @@
 
 API: ConfigError; check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite,
 bucket_size, aggregate, pull_compression, resync_every, fp32_sum); check_learning_rate(name, lr);
-existing_dist_sync(kvstore).
+existing_dist_sync(kvstore); push_window(environ).
 """
 import os
 
 import numpy as np
 
 from cdsgd_mx.worker.buckets import DEFAULT_BUCKET_SIZE
+from cdsgd_mx.worker.rounds import PUSH_WINDOW
 from cdsgd_mx.worker.schedule import ALGORITHMS, COMPRESSING, DELAYED
 
 
@@ -35,6 +36,21 @@ AGGREGATE_DELAYED = ("the workers cannot update (update_on_kvstore=False, allred
                      "algorithm=%r: its local update of step t runs before step t's summed gradient exists (the "
                      "overlap it is made for), so there is no sum to hand back; use algorithm 'ssgd' or 'bitsgd', "
                      "or clip on the servers with optimizer_params={'clip_gradient': C}")
+
+
+PUSH_WINDOW_ENV = "CDSGD_PUSH_WINDOW"  # bytes of fp32 pushes a worker keeps in flight (rounds.PushWindow)
+
+
+def push_window(environ=os.environ):
+    """CDSGD_PUSH_WINDOW: bytes of fp32 pushes a worker keeps in flight (0: no limit), default
+    rounds.PUSH_WINDOW."""
+    value = environ.get(PUSH_WINDOW_ENV)
+    if value is None:
+        return PUSH_WINDOW
+    if not value.strip().isdigit():
+        raise ConfigError("%s must be an integer >= 0 (bytes of fp32 pushes in flight; 0: no limit), got %r"
+                          % (PUSH_WINDOW_ENV, value))
+    return int(value)
 
 
 def existing_dist_sync(kvstore):

@@ -38,7 +38,7 @@ from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.worker.backends import DistBackend
 from cdsgd_mx.worker.compression import Compressor
 from cdsgd_mx.worker.config import (DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, ConfigError, check_config,
-                                    existing_dist_sync, store_name)
+                                    existing_dist_sync, push_window, store_name)
 from cdsgd_mx.worker.fusion import CallFusion
 from cdsgd_mx.worker.gluon_rules import GluonRules
 from cdsgd_mx.worker.local_update import LocalUpdate
@@ -100,6 +100,7 @@ class CDSGD(KVStoreBase):
             bucket_size = bucketing.default_bucket_size(algorithm)
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
                      pull_compression, resync_every, fp32_sum)
+        window = push_window()
         self.pull_compression = pull_compression
         self.fp32_sum = fp32_sum
         self.fuse_calls = bool(fuse_calls)
@@ -143,7 +144,7 @@ class CDSGD(KVStoreBase):
         self.param_names = None      # set by the Trainer, for the start-up check and messages
         self._beats = isinstance(self._backend, DistBackend)  # this store's steps are the job's (heartbeat.py)
         self.tracer = Tracer(trace, pid=self._backend.rank)
-        self.rounds = RoundRunner(self._backend, self._schedule, self.threshold, self.tracer, self._names)
+        self.rounds = RoundRunner(self._backend, self._schedule, self.threshold, self.tracer, self._names, window)
         self.engine = StepEngine(self.rounds, self.local, self.tracer, self.aggregate)  # Algorithm 1's timing
         self.fusion = CallFusion(self)  # one-parameter calls (Module, gluon.Trainer) collected into buckets
         self.rules = GluonRules(self._backend, self.local, self._names, self.algorithm in DELAYED, self.wait_all)

@@ -5,8 +5,9 @@ worker's proof, issue the pulls of W(t+1)
 (fp32, or with 2-bit pulls the codes of W(t+1) - V: pull_compression.py), then check that each
 bucket's round was applied (sending it again if a server dropped it); what a 2-bit pull brings
 is decoded into V and comm_buf by an engine operation issued behind it (pull_compression.py).
+An fp32 round keeps at most a window of pushes in flight (PushWindow).
 
-API: RoundRunner(backend, schedule, threshold, tracer, names).push(bset, t, keep_residual)
+API: RoundRunner(backend, schedule, threshold, tracer, names, window).push(bset, t, keep_residual)
 -> check; .check(bset, t) -> follow-up; .bytes_of_step(sets, t); bytes_pushed, bytes_by_step,
 resent.
 """
@@ -16,13 +17,45 @@ from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.worker.backends import MAX_RESENDS, dropped
 from cdsgd_mx.wire.pull_compression import PULL_2BIT, PULL_FP32
 
+# Bytes of fp32 pushes a worker keeps in flight (pushed, W not yet back), as BytePS's credit: a
+# bucket's push waits for the W of the oldest ones. Unwindowed, the workers' TCP flows into a
+# server's NIC do not share it evenly; the server can answer a bucket only once the slowest
+# worker's push of it is in, so its pulls fall behind and the round ends in a tail of them.
+# Chosen by measurement (docs/performance.md, "A window of pushes in flight"): ResNet-50's fp32
+# round at 4 workers + 1 server on 1 Gbit/s NICs 3.9-4.1 s -> 3.6 s (the bound: 3.27 s).
+PUSH_WINDOW = 2 << 20
+# ... but never fewer buckets than this in flight: 2 of CD-SGD's 4 MiB buckets at a time took
+# ResNet-50's round from 3.9 s to 6.2 s (one bucket's pull, then the next one's push)
+MIN_IN_FLIGHT = 4
+
+
+class PushWindow:
+    """The fp32 pushes of step t's round in flight: admit(i, b, nbytes) returns once bucket i
+    may be pushed (window 0: always at once); a wait is traced as 'window'."""
+
+    def __init__(self, window, t, tracer):
+        self.window, self.t, self.tracer = window, t, tracer
+        self.flight, self.bytes = [], 0
+
+    def admit(self, i, b, nbytes):
+        while self.window and len(self.flight) >= MIN_IN_FLIGHT and self.bytes >= self.window:
+            oldest, size = self.flight.pop(0)
+            with self.tracer.span("window", bucket=i, step=self.t), heartbeat.waiting(
+                    "step %d's W of key %d (server %d), to push the next bucket" % (self.t, oldest.weight_key,
+                                                                                    oldest.server)):
+                oldest.comm_wire.wait_to_read()  # its pushpull or pull wrote W there
+            self.bytes -= size
+        self.flight.append((b, nbytes))
+        self.bytes += nbytes
+
 
 class RoundRunner:
     """Runs rounds for the step engine (step timing is not its business: it is told which step
     a round is, and the schedule says what that step pushes)."""
 
-    def __init__(self, backend, schedule, threshold, tracer, names):
+    def __init__(self, backend, schedule, threshold, tracer, names, window=PUSH_WINDOW):
         self.backend, self.schedule, self.threshold, self.tracer = backend, schedule, threshold, tracer
+        self.window = window            # bytes of fp32 pushes in flight (PushWindow; 0: no limit)
         self.names = names              # names(keys) -> "p1, p2", for messages
         self.bytes_pushed = 0           # all pushes of this worker since creation
         self.bytes_by_step = {}         # step -> bytes pushed by this worker at that step
@@ -40,6 +73,7 @@ class RoundRunner:
         pull_down, tracked = self.schedule.pull_compressed(t), self._tracked(bset, t)
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed, start = 0, self.tracer.now_us()
+        window = PushWindow(self.window, t, self.tracer)
         for i, b in enumerate(bset.buckets):
             if compressed:
                 with self.tracer.span("quantize", bucket=i, step=t):
@@ -55,6 +89,7 @@ class RoundRunner:
                     self.backend.push_payload(b.payload_key)
                 pushed += self.payload_bytes(b, bset)
             else:
+                window.admit(i, b, self.fp32_bytes(b, bset))
                 with self.tracer.span("push fp32", bucket=i, step=t):
                     bset.fp32_to_comm(b)
                     self.backend.seal(b, tracked)

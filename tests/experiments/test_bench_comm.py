@@ -2,6 +2,7 @@
 and reports what each pushed; bad arguments get one line, no traceback."""
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -322,3 +323,40 @@ def test_repeats_run_each_systems_jobs_in_turn_and_show_the_median_job(monkeypat
     assert systems["ssgd"]["jobs_ms"] == [30.0, 10.0, 20.0]
     assert comm.median_job([{"ms": 4.0}, {"error": "boom"}]) == {"error": "boom"}
     assert comm.median_job([{"ms": 4.0}, {"ms": 2.0}])["ms"] == 2.0  # the lower middle of an even count
+
+
+def test_the_unwindowed_system_runs_ssgd_with_no_push_window_beside_ssgd(monkeypatch, capsys):
+    """ssgd_unwindowed: S-SGD's job with CDSGD_PUSH_WINDOW=0 (every other job keeps the
+    default window), printed under the table beside ssgd's round; the proofs' share of each
+    system is taken on that system's own bucket plan (S-SGD's 2^16 values, BIT-SGD's 2^20)."""
+    from cdsgd_mx.bench import comm, comm_jobs, comm_proofs
+    envs = {}
+
+    class Done:
+        returncode, stdout, stderr = 1, "", "no job here"
+
+    def run(cmd, env=None, **kw):
+        envs[cmd[cmd.index("--system") + 1]] = env
+        return Done()
+    monkeypatch.setattr(comm_jobs.subprocess, "run", run)
+    args = argparse.Namespace(workers=2, servers=1, timeout=60, rounds=3, grads="fixed", bucket_size=None, trace=None)
+    for system in ("ssgd", "ssgd_unwindowed"):
+        comm_jobs.run_job(args, "lenet5", "1gbit/hosts", system)
+    assert envs["ssgd_unwindowed"]["CDSGD_PUSH_WINDOW"] == "0"
+    assert envs["ssgd"].get("CDSGD_PUSH_WINDOW") == os.environ.get("CDSGD_PUSH_WINDOW")
+
+    times = {"ssgd": 30.0, "ssgd_unwindowed": 40.0, "bitsgd": 20.0}
+    monkeypatch.setattr(comm, "run_job", lambda args, model, link, system: {"ms": times[system], "workers": [],
+                                                                            "bytes_per_round": None})
+    monkeypatch.setattr(comm, "model_info", lambda m: {"arrays": 1, "values": 10, "trained_arrays": 1,
+                                                       "trained_values": 10})
+    sizes = []
+    monkeypatch.setattr(comm_proofs, "proof_cost", lambda model, w, s, size, repeats: sizes.append(size) or (1, 1, 3))
+    monkeypatch.setattr(comm_proofs, "server_proof_cost", lambda model, w, size: 1.0)
+    assert comm.main(["--models", "lenet5", "--bandwidth", "none", "--network", "shared", "--systems",
+                      "ssgd,ssgd_unwindowed,bitsgd"]) == 0
+    text = capsys.readouterr().out
+    assert "lenet5 none ssgd_unwindowed (no window of fp32 pushes in flight): 40.0 ms, ssgd / ssgd_unwindowed 0.75" \
+        in text
+    assert sizes == [1 << 16, 1 << 20]
+    assert "lenet5, buckets of 65536 values (3 on the busiest server)" in text

@@ -15,6 +15,7 @@ from workers.engine_worker import SHAPES, grad_fn, init_value, offgrid_grad  # n
 
 from cdsgd_mx.wire import auth, protocol
 from cdsgd_mx.worker import buckets
+from cdsgd_mx.worker.schedule import Schedule
 from cdsgd_mx import codec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,3 +257,25 @@ def test_bytes_pushed_match_the_wire_format(tmp_path):
         assert got[r]["bytes_expected"].tolist() == want  # the kvstore's own accounting agrees
     # the values: 0.25 B each against 4 (the per-bucket index and proofs are fixed costs, checked above)
     assert (codes - (8 + proof) * len(plan)) * 10 < fp32 - 2 * proof * len(plan)
+
+
+@pytest.mark.parametrize("alg,fp32_sum", [("ssgd", "arrival"), ("cdsgd", "rank")])
+def test_a_window_of_one_byte_waits_before_pushes_and_changes_no_weight(tmp_path, alg, fp32_sum):
+    """CDSGD_PUSH_WINDOW=1 with 16-value buckets (50 of them): from the 5th bucket of every fp32
+    round on, each push waits for an earlier bucket's W (the trace's 'window' spans; pushpulls,
+    and with fp32_sum='rank' rows pushes and pulls after their acknowledgement). The weights
+    are still the simulation's."""
+    cfg = dict(CFG, bucket_size=16, fp32_sum=fp32_sum, trace=str(tmp_path / "trace{index}.json"))
+    job = start(tmp_path, 2, 2, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP), "--k", str(K),
+                "--threshold", str(T), "--config", json.dumps(cfg), env={"CDSGD_PUSH_WINDOW": "1"})
+    got = finish(job)
+    xs, W = sim(alg, 2)
+    for r in range(2):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(got[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+        events = json.load(open(tmp_path / ("trace%d.json" % r)))["traceEvents"]
+        waits = {(e["args"]["step"], e["args"]["bucket"]) for e in events if e["name"] == "window"}
+        fp32_steps = [t for t in range(STEPS) if not Schedule(alg, WARMUP, K).compressed(t)]
+        assert {t for t, _ in waits} == set(fp32_steps), (r, sorted(waits))
+        assert min(b for _, b in waits) == 4

@@ -155,3 +155,62 @@ def test_the_compressor_keeps_error_feedback_and_gives_back_a_skipped_span():
     after = comp.residual_values()
     np.testing.assert_array_equal(after[10:20], before[10:20])
     assert not np.array_equal(after[:10], before[:10])
+
+
+class Wire:
+    """A bucket's comm_wire: records when the round thread waits for its W."""
+
+    def __init__(self, key, calls):
+        self.key, self.calls = key, calls
+
+    def wait_to_read(self):
+        self.calls.append(("W of", self.key))
+
+
+def windowed(backend, buckets, window, alg="ssgd"):
+    """A set of `buckets` buckets of 40 values (160 B of fp32 each), and a runner with the window."""
+    bset = FakeSet()
+    bset.buckets = [Bucket(offset=40 * i, size=40, server=0, weight_key=10 + i, payload_key=100 + i,
+                           slots=[Slot(0, 40 * i, 40 * i + 40, 0, 0)]) for i in range(buckets)]
+    for b in bset.buckets:
+        b.grad, b.comm, b.loc, b.comm_wire = "grad", "comm", "loc", Wire(b.weight_key, backend.calls)
+    return bset, RoundRunner(backend, Schedule(alg, 1, 2), 0.5, Tracer(None), lambda keys: "p0", window)
+
+
+def test_an_fp32_round_keeps_its_window_of_pushes_in_flight():
+    """Window 480 B (3 buckets) but never fewer than MIN_IN_FLIGHT (4) buckets in flight: each
+    push from the 5th on waits for the W of the bucket 4 before it; a 7-bucket window (1120 B
+    reached at 7) lets 7 go before the first wait; window 0 never waits."""
+    from cdsgd_mx.worker.rounds import MIN_IN_FLIGHT
+    assert MIN_IN_FLIGHT == 4
+    for window, ahead in ((480, 4), (1100, 7)):
+        backend = FakeBackend()
+        bset, rounds = windowed(backend, 10, window)
+        rounds.push(bset, 0)
+        got = [c[:2] for c in backend.calls if c[0] in ("pushpull", "W of")]
+        want = [("pushpull", 10 + i) for i in range(ahead)]
+        for i in range(ahead, 10):
+            want += [("W of", 10 + i - ahead), ("pushpull", 10 + i)]
+        assert got == want, window
+    backend = FakeBackend()
+    bset, rounds = windowed(backend, 10, 0)
+    rounds.push(bset, 0)
+    assert [c[0] for c in backend.calls if c[0] in ("pushpull", "W of")] == ["pushpull"] * 10
+
+
+def test_a_compressed_round_is_not_windowed():
+    """Codes are 1/16 of fp32 (what the window is for: a server's NIC taking every worker's fp32
+    push in): a BIT-SGD round pushes every bucket without waiting."""
+    backend = FakeBackend()
+    bset, rounds = windowed(backend, 10, 1, alg="bitsgd")
+    rounds.push(bset, 1)  # after warm-up: codes
+    assert [c[0] for c in backend.calls if c[0] in ("push_payload", "W of")] == ["push_payload"] * 10
+
+
+@pytest.mark.parametrize("value", ["-1", "2MB", " ", "1.5"])
+def test_a_bad_push_window_is_refused(monkeypatch, value):
+    from cdsgd_mx.worker.config import ConfigError, push_window
+    assert push_window({}) == 2 << 20 and push_window({"CDSGD_PUSH_WINDOW": "0"}) == 0
+    with pytest.raises(ConfigError, match=r"^CDSGD_PUSH_WINDOW must be an integer >= 0 \(bytes of fp32 pushes in "
+                                          r"flight; 0: no limit\), got %r$" % value):
+        push_window({"CDSGD_PUSH_WINDOW": value})

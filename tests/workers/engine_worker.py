@@ -11,6 +11,8 @@ true leaves out the rounding, so that the order of the servers' fp32 sum shows).
 Config "clip": C runs cdsgd mode with update_on_kvstore=False, the workers updating:
 allreduce_grads(), gluon's clip_global_norm(gradients, C), update() (gluon-nlp's clipping).
 Config "fp32_sum": the Trainer's (a list: one per launch index, for workers that disagree).
+Config "bucket_size": the Trainer's (default: its own). Config "trace": the trace's path, "{index}"
+in it replaced by the worker's launch index.
 Config "devices": D puts every parameter on cpu(0) .. cpu(D-1), each device with its own
 gradient (device_grad: another batch share), as ctx=[mx.gpu(i) ...] would; a list gives each
 rank its own count (cdsgd mode).
@@ -143,11 +145,13 @@ def main():
                                    algorithm=args.algorithm,
                                    k=args.k + int(os.environ.get("CDSGD_LAUNCH_INDEX", 0)) * cfg.get("k_by_index", 0),
                                    warmup_steps=args.warmup,
-                                   threshold=args.threshold, trace=cfg.get("trace"),
+                                   threshold=args.threshold,
+                                   trace=cfg["trace"].replace("{index}", os.environ.get("CDSGD_LAUNCH_INDEX", "0"))
+                                   if cfg.get("trace") else None,
                                    nonfinite=cfg.get("nonfinite", "error"),
                                    local_optimizer_params={"learning_rate": cfg.get("local_lr", 0.5)},
                                    pull_compression=cfg.get("pull", "none"), resync_every=cfg.get("resync_every", 10),
-                                   fp32_sum=fp32_sum,
+                                   fp32_sum=fp32_sum, bucket_size=cfg.get("bucket_size"),
                                    update_on_kvstore=False if cfg.get("clip") else None)
         rank = trainer.kvstore.rank
     first, copies = 0, []
