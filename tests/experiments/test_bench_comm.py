@@ -60,6 +60,8 @@ def test_both_network_models_side_by_side(tmp_path):
     runs = {r["network"]: r for r in json.loads(out.read_text())["runs"]}
     assert set(runs) == {"shared", "hosts"} and all(r["link"] == "100mbit" for r in runs.values())
     assert all(r["systems"]["ssgd"]["ms"] > 0 for r in runs.values())
+    # the servers' proof checks are timed inside the job on either network (their setting reaches ssh nodes too)
+    assert all(r["systems"]["ssgd"]["server_proof_us"] > 0 for r in runs.values())
     shared, hosts = runs["shared"], runs["hosts"]
     assert hosts["fp32_bound_ms"] == pytest.approx(shared["fp32_bound_ms"] / 2)  # 2 workers, 1 server: 8 B vs max(4, 4)
     assert hosts["2bit_bound_ms"] == pytest.approx(hosts["fp32_bound_ms"])  # the fp32 pull bounds it
