@@ -99,10 +99,10 @@ def test_the_per_host_ranges_are_the_tables():
         in " ".join(README.split())
 
 
-def resnet50_cells():
-    """(workers, servers, {system: ms}, fp32 bound, 2-bit bound) of each raw file of the ResNet-50 section."""
-    text = section(HOSTS, "### ResNet-50")
-    files = sorted({p.with_suffix(".json") for p in raw_files(text, "comm-hosts-resnet50-*.txt")})
+def one_run_cells(heading, pattern):
+    """(workers, servers, {system: ms}, fp32 bound, 2-bit bound) of each raw file (one run each)
+    that the section `heading` of the per-host page links to by `pattern`."""
+    files = sorted({p.with_suffix(".json") for p in raw_files(section(HOSTS, heading), pattern)})
     assert len(files) == 4, files
     cells = []
     for path in files:
@@ -111,6 +111,10 @@ def resnet50_cells():
         cells.append((record["workers"], record["servers"], {s: r["ms"] for s, r in run["systems"].items()},
                       run["fp32_bound_ms"], run["2bit_bound_ms"]))
     return cells
+
+
+def resnet50_cells():
+    return one_run_cells("### ResNet-50", "comm-hosts-resnet50-*.txt")
 
 
 def test_the_resnet50_rounds_are_their_raw_files():
@@ -151,14 +155,8 @@ def test_the_push_windows_table_is_its_raw_files():
     """S-SGD with and without the window of pushes in flight, stock fp32 beside them: the
     Inception-BN runs and the ResNet-50 section's runs, every figure and claim recomputed."""
     text = section(HOSTS, "### A window of pushes in flight")
-    files = sorted({p.with_suffix(".json") for p in raw_files(text, "window-ibn-*.txt")})
-    assert len(files) == 4, files
-    cells = []
-    for path in files:
-        record = json.loads(path.read_text())
-        (run,) = record["runs"]
-        cells.append(("Inception-BN", record["workers"], record["servers"], {s: r["ms"] for s, r in run["systems"].items()},
-                      run["fp32_bound_ms"]))
+    cells = [("Inception-BN", w, s, m, f) for w, s, m, f, _ in one_run_cells("### A window of pushes in flight",
+                                                                              "window-ibn-*.txt")]
     cells += [("ResNet-50", w, s, m, f) for w, s, m, f, _ in resnet50_cells()]
     table = {(r[0], r[1]): r[2:] for r in rows(text)[1:]}  # (the header row left out)
     assert len(table) == 8
