@@ -77,7 +77,10 @@ def test_the_per_host_ranges_are_the_tables():
     bound = lambda system, model: [c[system] / c["bound"] for c in cells if c["model"] == model]
     page = " ".join(HOSTS.split())
     assert "our S-SGD round takes %sx stock MXNet's round" % span(fp32, "%.2f") in page
-    assert "the goal of 0.9x is met in all 8" in page and max(fp32) <= 0.9
+    assert "the goal of 0.9x is met in %d of 8 cells" % sum(1 for r in fp32 if r <= 0.9) in page
+    missed = [c for c in cells if c["ssgd"] / c["stock_fp32"] > 0.9]
+    assert [(c["model"], c["W"], c["S"]) for c in missed] == [("resnet20", 4, 1)]  # the miss the page names
+    assert "The miss is ResNet-20 at 4 + 1 (%.2f)" % (missed[0]["ssgd"] / missed[0]["stock_fp32"]) in page
     assert "our BIT-SGD round takes %sx MXNet's own 2-bit round" % span(two_bit, "%.2f") in page
     assert "at or below 0.9x in %d of 8 cells" % sum(1 for r in two_bit if r <= 0.9) in page
     assert "on Inception-BN our fp32 round takes %sx the full-duplex bound" % span(bound("ssgd", "inception_bn"), "%.2f") \
@@ -176,8 +179,6 @@ def test_the_push_windows_table_is_its_raw_files():
                              span([c[3]["ssgd_unwindowed"] / c[4] for c in r50], "%.2f"),
                              *[c[3][s] / c[3]["stock_fp32"] for c in r50 if c[1:3] == (4, 1)
                                for s in ("ssgd", "ssgd_unwindowed")]) in page
-    ibn = [c[3]["ssgd"] / c[3]["stock_fp32"] for c in cells if c[0] == "Inception-BN"]
-    assert "%sx stock fp32 on Inception-BN" % span(ibn, "%.2f") in " ".join(HOSTS.split())
 
 
 # --- the speed check, and the shared link's round from the same run -------------------------
