@@ -743,3 +743,13 @@ def test_the_proofs_share_on_s_sgds_buckets_is_the_windows_runs():
                                          " of a round" if model == "inception_bn" else "", span(share, "%.2f"), name) \
             in bullet, model
         assert max(share) < 1
+
+
+def test_cd_sgds_step_with_and_without_the_window_is_its_raw_file():
+    text = section(HOSTS, "### A window of pushes in flight")
+    (raw,) = raw_files(text, "push-window-cdsgd-*.txt")
+    jobs = [l.split() for l in raw.read_text().splitlines() if l.startswith(("2 MiB ", "none "))]  # (window, ms)
+    on = [float(j[-1]) / 1e3 for j in jobs if j[0] != "none"]
+    off = [float(j[-1]) / 1e3 for j in jobs if j[0] == "none"]
+    assert len(on) == len(off) == 2 and max(on) < min(off)
+    assert "took %s s with the window, %s s without" % (span(on, "%.2f"), span(off, "%.2f")) in " ".join(text.split())
