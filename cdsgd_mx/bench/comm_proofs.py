@@ -3,7 +3,7 @@ workers' and a server's part measured in process by the project's own calls, bes
 servers' checks timed inside the jobs."""
 import time
 
-from cdsgd_mx.bench.comm_systems import ALGORITHM_OF, OURS, build_model
+from cdsgd_mx.bench.comm_systems import OURS, algorithm_of, build_model
 
 
 def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
@@ -97,7 +97,7 @@ def print_proof_costs(args, results):
     for model in args.models:
         by_size = {}  # bucket size -> our systems that ran on it
         for system in OURS:
-            size = args.bucket_size or default_bucket_size(ALGORITHM_OF.get(system, system.replace("_2bit", "")))
+            size = args.bucket_size or default_bucket_size(algorithm_of(system))
             by_size.setdefault(size, []).append(system)
         for size, systems in sorted(by_size.items()):
             measured = [(link, system) for link in args.bandwidth for system in systems

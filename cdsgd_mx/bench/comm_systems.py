@@ -13,6 +13,11 @@ PAIRED = {"paired": (("ssgd", "none"), ("bitsgd", "none")),  # (even round, odd 
           "paired_pull": (("bitsgd", "none"), ("bitsgd", "2bit"))}
 ALTERNATING = tuple(PAIRED) + ("paired_sum",)  # jobs whose even and odd rounds are timed apart
 ALGORITHM_OF = dict({"paired": "bitsgd", "paired_pull": "bitsgd", "paired_sum": "ssgd"}, **UNWINDOWED)  # (else the system's name)
+
+
+def algorithm_of(system):
+    """The algorithm a system of ours trains with (its both-ways variant: the same one)."""
+    return ALGORITHM_OF.get(system, system.replace("_2bit", ""))
 ROUND_NAMES = {"paired": ("ssgd", "bitsgd"), "paired_pull": ("bitsgd", "bitsgd_2bit"),  # (even, odd)
                "paired_sum": ("arrival", "rank")}
 WARMUP_ROUNDS = 4     # untimed rounds first: registration, buffers, connections

@@ -7,7 +7,7 @@ import time
 
 from cdsgd_mx.bench import mark_fresh
 from cdsgd_mx.bench.comm_jobs import trace_path
-from cdsgd_mx.bench.comm_systems import (ALGORITHM_OF, ALTERNATING, OPTIMIZER, OURS, OUR_JOBS, PAIRED, PER_CALL,
+from cdsgd_mx.bench.comm_systems import (ALTERNATING, OPTIMIZER, OURS, OUR_JOBS, PAIRED, PER_CALL, algorithm_of,
                                          ROUND_NAMES, WARMUP_ROUNDS, build_model)
 
 BATCH = 32            # only rescales the gradients (rescale_grad = 1/batch)
@@ -53,7 +53,7 @@ def worker(args):
                 extra.update(pull_compression="2bit", resync_every=1 << 30)  # bitsgd: only step 0 re-syncs
             if args.system == "paired_sum":  # the buckets get rows keys; even rounds leave them alone
                 extra["fp32_sum"] = "rank"
-            algorithm = ALGORITHM_OF.get(args.system, args.system.replace("_2bit", ""))
+            algorithm = algorithm_of(args.system)
             if args.trace:
                 extra["trace"] = trace_path(args.trace, args.models, args.link, args.system,
                                             os.environ.get("CDSGD_LAUNCH_INDEX", "0"))

@@ -89,7 +89,8 @@ class RoundRunner:
                     self.backend.push_payload(b.payload_key)
                 pushed += self.payload_bytes(b, bset)
             else:
-                window.admit(i, b, self.fp32_bytes(b, bset))
+                nbytes = self.fp32_bytes(b, bset)
+                window.admit(i, b, nbytes)
                 with self.tracer.span("push fp32", bucket=i, step=t):
                     bset.fp32_to_comm(b)
                     self.backend.seal(b, tracked)
@@ -99,7 +100,7 @@ class RoundRunner:
                         self.backend.pushpull(b.weight_key, b.comm_wire)
                     else:  # this worker's row: the server sums the rows in rank order
                         self.backend.push_row(b.rows_key)
-                pushed += self.fp32_bytes(b, bset)
+                pushed += nbytes
             self._pull(bset, t, i, self._acked(b, compressed), start, down=pull_down)  # right behind its push
         if keep_residual is not None:
             keep_residual()
