@@ -18,7 +18,7 @@ from cdsgd_mx.worker.backends import MAX_RESENDS, dropped
 from cdsgd_mx.wire.pull_compression import PULL_2BIT, PULL_FP32
 
 # Bytes of fp32 pushes a worker keeps in flight (pushed, W not yet back), as BytePS's credit: a
-# bucket's push waits for the W of the oldest ones. Unwindowed, the workers' TCP flows into a
+# bucket's push follows the W of the oldest ones. Unwindowed, the workers' TCP flows into a
 # server's NIC do not share it evenly; the server can answer a bucket only once the slowest
 # worker's push of it is in, so its pulls fall behind and the round ends in a tail of them.
 # Chosen by measurement (docs/performance.md, "A window of pushes in flight"): ResNet-50's fp32
@@ -30,23 +30,23 @@ MIN_IN_FLIGHT = 4
 
 
 class PushWindow:
-    """The fp32 pushes of step t's round in flight: admit(i, b, nbytes) returns once bucket i
-    may be pushed (window 0: always at once); a wait is traced as 'window'."""
+    """The fp32 pushes of step t's round in flight: behind(b, nbytes) returns the earlier
+    buckets whose W bucket b's push must follow (none while the window has room; window 0:
+    none ever) and counts b in flight."""
 
-    def __init__(self, window, t, tracer):
-        self.window, self.t, self.tracer = window, t, tracer
+    def __init__(self, window):
+        self.window = window
         self.flight, self.bytes = [], 0
 
-    def admit(self, i, b, nbytes):
+    def behind(self, b, nbytes):
+        earlier = []
         while self.window and len(self.flight) >= MIN_IN_FLIGHT and self.bytes >= self.window:
             oldest, size = self.flight.pop(0)
-            with self.tracer.span("window", bucket=i, step=self.t), heartbeat.waiting(
-                    "step %d's W of key %d (server %d), to push the next bucket" % (self.t, oldest.weight_key,
-                                                                                    oldest.server)):
-                oldest.comm_wire.wait_to_read()  # its pushpull or pull wrote W there
+            earlier.append(oldest)
             self.bytes -= size
         self.flight.append((b, nbytes))
         self.bytes += nbytes
+        return earlier
 
 
 class RoundRunner:
@@ -73,7 +73,7 @@ class RoundRunner:
         pull_down, tracked = self.schedule.pull_compressed(t), self._tracked(bset, t)
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed, start = 0, self.tracer.now_us()
-        window = PushWindow(self.window, t, self.tracer)
+        window = PushWindow(self.window)
         for i, b in enumerate(bset.buckets):
             if compressed:
                 with self.tracer.span("quantize", bucket=i, step=t):
@@ -90,15 +90,18 @@ class RoundRunner:
                 pushed += self.payload_bytes(b, bset)
             else:
                 nbytes = self.fp32_bytes(b, bset)
-                window.admit(i, b, nbytes)
+                earlier = window.behind(b, nbytes)
                 with self.tracer.span("push fp32", bucket=i, step=t):
                     bset.fp32_to_comm(b)
                     self.backend.seal(b, tracked)
                     if keep:
                         b.comm.copyto(b.loc)  # before W comes back over it
                     if self._rows_key(b) is None:  # one request: W(t+1) comes back as its answer
+                        if earlier:  # MXNet's engine holds the push back, not this thread (see _follow)
+                            self._follow(earlier, b, i, t)
                         self.backend.pushpull(b.weight_key, b.comm_wire)
                     else:  # this worker's row: the server sums the rows in rank order
+                        self._wait_for(earlier, i, t)  # (push_row copies comm_wire synchronously)
                         self.backend.push_row(b.rows_key)
                 pushed += nbytes
             self._pull(bset, t, i, self._acked(b, compressed), start, down=pull_down)  # right behind its push
@@ -150,6 +153,23 @@ class RoundRunner:
         """Is step t's round of the set a tracked fp32 round (Schedule.pull_tracked; only where
         the set holds V)?"""
         return bset.copy is not None and self.schedule.pull_tracked(t)
+
+    def _follow(self, earlier, b, i, t):
+        """Bucket b's pushpull goes out once the W of the earlier buckets is in: an engine
+        operation that reads their comm_wire and writes b's, ahead of the push that reads it.
+        The communication thread goes on pushing: blocking it in Python for each W (as first
+        built) made S-SGD's round 1.16x slower at 10 Gbit/s (Inception-BN, 4 + 1), where the
+        wait's wake-ups, not the wire, set the pace. Traced as 'window' (an instant event)."""
+        self.backend.push_after([a.comm_wire for a in earlier], b.comm_wire)
+        self.tracer.add("window", self.tracer.now_us(), self.tracer.now_us(), bucket=i, step=t,
+                        after=[a.weight_key for a in earlier])
+
+    def _wait_for(self, earlier, i, t):
+        """A rows push copies comm_wire synchronously: wait here for the earlier buckets' W."""
+        for a in earlier:
+            with self.tracer.span("window", bucket=i, step=t, after=[a.weight_key]), heartbeat.waiting(
+                    "step %d's W of key %d (server %d), to push the next bucket" % (t, a.weight_key, a.server)):
+                a.comm_wire.wait_to_read()  # its pull wrote W there
 
     def _rows_key(self, b):
         """The key of the bucket's fp32 rows this round pushes to, or None (the weight key)."""

@@ -262,9 +262,9 @@ def test_bytes_pushed_match_the_wire_format(tmp_path):
 @pytest.mark.parametrize("alg,fp32_sum", [("ssgd", "arrival"), ("cdsgd", "rank")])
 def test_a_window_of_one_byte_waits_before_pushes_and_changes_no_weight(tmp_path, alg, fp32_sum):
     """CDSGD_PUSH_WINDOW=1 with 16-value buckets (50 of them): from the 5th bucket of every fp32
-    round on, each push waits for an earlier bucket's W (the trace's 'window' spans; pushpulls,
-    and with fp32_sum='rank' rows pushes and pulls after their acknowledgement). The weights
-    are still the simulation's."""
+    round on, each push follows the W of one earlier bucket (the trace's 'window' events:
+    pushpulls held back on MXNet's engine, and with fp32_sum='rank' rows pushes, waited for by
+    the communication thread). The weights are still the simulation's."""
     cfg = dict(CFG, bucket_size=16, fp32_sum=fp32_sum, trace=str(tmp_path / "trace{index}.json"))
     job = start(tmp_path, 2, 2, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP), "--k", str(K),
                 "--threshold", str(T), "--config", json.dumps(cfg), env={"CDSGD_PUSH_WINDOW": "1"})
@@ -275,7 +275,9 @@ def test_a_window_of_one_byte_waits_before_pushes_and_changes_no_weight(tmp_path
             np.testing.assert_allclose(got[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(got[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
         events = json.load(open(tmp_path / ("trace%d.json" % r)))["traceEvents"]
-        waits = {(e["args"]["step"], e["args"]["bucket"]) for e in events if e["name"] == "window"}
+        windows = [e for e in events if e["name"] == "window"]
+        assert windows and all(len(e["args"]["after"]) == 1 for e in windows)
+        waits = {(e["args"]["step"], e["args"]["bucket"]) for e in windows}
         fp32_steps = [t for t in range(STEPS) if not Schedule(alg, WARMUP, K).compressed(t)]
         assert {t for t, _ in waits} == set(fp32_steps), (r, sorted(waits))
         assert min(b for _, b in waits) == 4

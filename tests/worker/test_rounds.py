@@ -158,13 +158,13 @@ def test_the_compressor_keeps_error_feedback_and_gives_back_a_skipped_span():
 
 
 class Wire:
-    """A bucket's comm_wire: records when the round thread waits for its W."""
+    """A bucket's comm_wire, named by its weight key."""
 
-    def __init__(self, key, calls):
-        self.key, self.calls = key, calls
+    def __init__(self, key):
+        self.key = key
 
     def wait_to_read(self):
-        self.calls.append(("W of", self.key))
+        raise AssertionError("the communication thread waited for W of key %d" % self.key)
 
 
 def windowed(backend, buckets, window, alg="ssgd"):
@@ -173,29 +173,45 @@ def windowed(backend, buckets, window, alg="ssgd"):
     bset.buckets = [Bucket(offset=40 * i, size=40, server=0, weight_key=10 + i, payload_key=100 + i,
                            slots=[Slot(0, 40 * i, 40 * i + 40, 0, 0)]) for i in range(buckets)]
     for b in bset.buckets:
-        b.grad, b.comm, b.loc, b.comm_wire = "grad", "comm", "loc", Wire(b.weight_key, backend.calls)
+        b.grad, b.comm, b.loc, b.comm_wire = "grad", "comm", "loc", Wire(b.weight_key)
     return bset, RoundRunner(backend, Schedule(alg, 1, 2), 0.5, Tracer(None), lambda keys: "p0", window)
 
 
 def test_an_fp32_round_keeps_its_window_of_pushes_in_flight():
     """Window 480 B (3 buckets) but never fewer than MIN_IN_FLIGHT (4) buckets in flight: each
-    push from the 5th on waits for the W of the bucket 4 before it; a 7-bucket window (1120 B
-    reached at 7) lets 7 go before the first wait; window 0 never waits."""
+    push from the 5th on is held back (on MXNet's engine: the thread does not wait) until the W
+    of the bucket 4 before it is in; a 7-bucket window (1120 B reached at 7) lets 7 go first;
+    window 0 holds none back."""
     from cdsgd_mx.worker.rounds import MIN_IN_FLIGHT
     assert MIN_IN_FLIGHT == 4
     for window, ahead in ((480, 4), (1100, 7)):
         backend = FakeBackend()
         bset, rounds = windowed(backend, 10, window)
         rounds.push(bset, 0)
-        got = [c[:2] for c in backend.calls if c[0] in ("pushpull", "W of")]
+        got = [(c[0], c[1]) if c[0] == "pushpull" else (c[0], [w.key for w in c[1]], c[2].key)
+               for c in backend.calls if c[0] in ("pushpull", "push_after")]
         want = [("pushpull", 10 + i) for i in range(ahead)]
         for i in range(ahead, 10):
-            want += [("W of", 10 + i - ahead), ("pushpull", 10 + i)]
+            want += [("push_after", [10 + i - ahead], 10 + i), ("pushpull", 10 + i)]
         assert got == want, window
     backend = FakeBackend()
     bset, rounds = windowed(backend, 10, 0)
     rounds.push(bset, 0)
-    assert [c[0] for c in backend.calls if c[0] in ("pushpull", "W of")] == ["pushpull"] * 10
+    assert [c[0] for c in backend.calls if c[0] in ("pushpull", "push_after")] == ["pushpull"] * 10
+
+
+def test_a_rows_push_waits_for_its_window_here():
+    """fp32_sum='rank': a rows push copies comm_wire synchronously, so the communication thread
+    waits for the earlier W itself (in order), before the copy."""
+    backend = FakeBackend()
+    bset, rounds = windowed(backend, 6, 1)
+    for b in bset.buckets:
+        b.rows_key = 200 + b.weight_key
+        b.comm_wire.wait_to_read = lambda key=b.weight_key: backend.calls.append(("W of", key))
+    rounds.push(bset, 0)
+    got = [c[:2] for c in backend.calls if c[0] in ("push_row", "W of", "push_after")]
+    assert got == [("push_row", 210), ("push_row", 211), ("push_row", 212), ("push_row", 213),
+                   ("W of", 10), ("push_row", 214), ("W of", 11), ("push_row", 215)]
 
 
 def test_a_compressed_round_is_not_windowed():

@@ -103,6 +103,11 @@ class Backend(abc.ABC):
         carry a round at once)."""
 
     @abc.abstractmethod
+    def push_after(self, earlier, wire):
+        """Hold the next push of `wire` back until the pulls into `earlier` (arrays) are in,
+        without waiting here (the fp32 round's window, rounds.PushWindow)."""
+
+    @abc.abstractmethod
     def wire_row(self, key): """This worker's row of a payload key, where the codes are encoded."""
 
     @abc.abstractmethod

@@ -302,6 +302,12 @@ class DistBackend(Backend):
         updated value), into the array pushed, where every pull of the key lands (round_trip)."""
         self.kv.pushpull(key, wire, out=wire)
 
+    def push_after(self, earlier, wire):
+        """An engine operation that does nothing (native), reading `earlier` and writing
+        `wire`: MXNet starts the push that reads `wire` after it, so after the pulls into
+        `earlier`."""
+        engine_ops.order(reads=earlier, writes=[wire])
+
     def wire_row(self, key):
         """Where this worker's wire floats for payload key `key` go before push_payload."""
         return self.codes[key]
