@@ -745,6 +745,51 @@ def test_the_proofs_share_on_s_sgds_buckets_is_the_windows_runs():
         assert max(share) < 1
 
 
+def window_runs(raw):
+    """{(how the window is held, link, label): (each ssgd job, each ssgd_unwindowed job, median
+    ratio as printed)} of a raw file of '=== HOW LINK[, label]' blocks of bench.comm output."""
+    runs = {}
+    for head, body in re.findall(r"^=== ([^\n]*)\n(.*?)(?=^=== |\Z)", raw, re.M | re.S):
+        how, link, *label = head.split(" ", 2)
+        on = re.search(r"each job \(the table: the median job\):.* ssgd ([\d./]+)", body).group(1)
+        off, ratio = re.search(r"ssgd_unwindowed .*\(each job ([\d./]+)\), ssgd / ssgd_unwindowed ([\d.]+)",
+                               body).groups()
+        floats = lambda text: [float(x) for x in text.split("/")]
+        runs[(how, link.rstrip(","), " ".join(label))] = (floats(on), floats(off), float(ratio))
+    return runs
+
+
+def test_the_window_held_on_the_engine_is_its_raw_file():
+    """The window's cost at 10 Gbit/s with the thread waiting and with the engine holding the
+    push, its gain at 1 Gbit/s both ways: the medians' ratios recomputed from every job."""
+    text = section(HOSTS, "### A window of pushes in flight")
+    (raw,) = raw_files(text, "window-engine-[0-9a-f]*.txt")
+    runs = window_runs(raw.read_text())
+    ratio = {}
+    for key, (on, off, printed) in runs.items():
+        assert "%.2f" % (statistics.median(on) / statistics.median(off)) == "%.2f" % printed, key
+        ratio[key] = printed
+    page = " ".join(text.replace("**", "").split())
+    slow = [ratio[k] for k in ratio if k[:2] == ("thread", "10gbit")]
+    assert "S-SGD's round at 10 Gbit/s %.2fx its time without the window (%.2f in a second run); held on the " \
+        "engine, %.2fx" % (ratio[("thread", "10gbit", "")], *[ratio[k] for k in ratio if k[:2] == ("thread", "10gbit")
+                                                               and k[2]], ratio[("engine", "10gbit", "")]) in page
+    assert ratio[("engine", "10gbit", "")] < min(slow)
+    answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
+    assert "At 10 Gbit/s it costs about nothing (%.2f at 4 workers) since MXNet's engine holds the pushes back; %.2f " \
+        "when the communication thread waited" % (ratio[("engine", "10gbit", "")], ratio[("thread", "10gbit", "")]) \
+        in answers
+    assert "At 1 Gbit/s the window gains as much either way (%.2f and %.2f on Inception-BN at 4 + 1)" % (
+        ratio[("thread", "1gbit", "")], ratio[("engine", "1gbit", "")]) in page
+    (r50,) = raw_files(text, "window-engine-resnet50-*.txt")
+    record = json.loads(r50.with_suffix(".json").read_text())
+    assert record["provenance"]["commit"].startswith("5e610bf") and (record["workers"], record["servers"]) == (4, 1)
+    (run,) = record["runs"]
+    ms = {sys: r["ms"] / 1e3 for sys, r in run["systems"].items()}
+    assert "ResNet-50's fp32 round at 4 + 1 took %.2f s with it against %.2f s without and %.2f s for stock fp32 " \
+        "(%.2fx stock;" % (ms["ssgd"], ms["ssgd_unwindowed"], ms["stock_fp32"], ms["ssgd"] / ms["stock_fp32"]) in page
+
+
 def test_cd_sgds_step_with_and_without_the_window_is_its_raw_file():
     text = section(HOSTS, "### A window of pushes in flight")
     (raw,) = raw_files(text, "push-window-cdsgd-*.txt")
