@@ -561,30 +561,47 @@ def test_where_the_cpu_goes_is_its_raw_file():
 
 
 def test_the_resnet50_cells_are_their_raw_file():
+    from cdsgd_mx.experiments import timemodel
     text, cells = scaling_cells("1gbit", "resnet50")
     assert [(c["workers"], c["servers"]) for c in cells] == [(2, 1), (4, 1)]
     page = " ".join(text.replace("**", "").split())
     ms = [c["iter_ms"] for c in cells]
+    # the window's cut, against the cells before it (the history page's raw file)
+    history = (ROOT / "docs" / "performance-history.md").read_text()
+    (before,) = raw_files(section(history, "### ResNet-50 on 1 Gbit/s NICs at `6a51190`"), "scaling-resnet50-1gbit-*.json")
+    old = sorted(json.loads(before.read_text())["cells"], key=lambda c: c["workers"])
+    assert "The window cut S-SGD's round at 4 + 1 by %.0f%%: phi on S-SGD's buckets %.0f ms against %.0f at `6a51190`" % (
+        100 * (1 - ssgd_phi(cells[1]) / ssgd_phi(old[1])), ssgd_phi(cells[1]), ssgd_phi(old[1])) in page
+    assert "S-SGD's step takes %.2f of stock fp32's there (%.2f before)" % (
+        ms[1]["ssgd"] / ms[1]["stock_fp32"], old[1]["iter_ms"]["ssgd"] / old[1]["iter_ms"]["stock_fp32"]) in page
+    assert "(%.0f against %.0f ms; bound about 1637)" % (ssgd_phi(cells[0]), ssgd_phi(old[0])) in page
+    assert abs(ssgd_phi(cells[0]) / ssgd_phi(old[0]) - 1) < 0.05  # "nothing that can be told"
+    r50_at_16 = " ".join(section(SCALING, R50_AT_16).split())
+    moved = [abs(c["iter_ms"]["cdsgd"] / o["iter_ms"]["cdsgd"] - 1) for c, o in zip(cells, old)]
+    assert max(moved) < 0.02 and "the window moved CD-SGD's step by under 2%% and cut S-SGD's fp32 round at 4 + 1 by " \
+        "%.0f%%" % (100 * (1 - ssgd_phi(cells[1]) / ssgd_phi(old[1]))) in r50_at_16
+    assert "A one-way 2-bit round (%.0f and %.0f ms)" % tuple(c["psi_plus_delta_ms"] for c in cells) in page
+    # CD-SGD against BIT-SGD, and the model's word on each cell
+    assert "level at 2 + 1 (%.1f against %.1f ms), %.0f%% slower at 4 + 1" % (
+        ms[0]["cdsgd"], ms[0]["bitsgd"], 100 * (ms[1]["cdsgd"] / ms[1]["bitsgd"] - 1)) in page
+    assert abs(ms[0]["cdsgd"] / ms[0]["bitsgd"] - 1) < 0.005
     cross = [(c["phi_ms"] - c["psi_plus_delta_ms"]) / c["k"] for c in cells]
-    assert "At 2 + 1 that is %.1f ms against tau = %.1f, and CD-SGD is %.0f%% faster" % (
-        cross[0], cells[0]["tau_ms"], 100 * (ms[0]["bitsgd"] / ms[0]["cdsgd"] - 1)) in page
-    assert cross[0] < cells[0]["tau_ms"] and ms[0]["cdsgd"] < ms[0]["bitsgd"]
-    assert "at 4 + 1 it is %.1f against %.1f, and CD-SGD is %.0f%% slower" % (
-        cross[1], cells[1]["tau_ms"], 100 * (ms[1]["cdsgd"] / ms[1]["bitsgd"] - 1)) in page
-    assert cross[1] > cells[1]["tau_ms"] and ms[1]["cdsgd"] > ms[1]["bitsgd"]
+    ahead = cells[0]["model_ms"]["bitsgd"] / cells[0]["model_ms"]["cdsgd"] - 1
+    assert "%.1f ms against tau = %.1f at 2 + 1, where the model puts CD-SGD %.0f%% ahead (it measures %.2fx its model), " \
+        "and %.1f against %.1f at 4 + 1, where the model puts the two level" % (
+            cross[0], cells[0]["tau_ms"], 100 * ahead, ms[0]["cdsgd"] / cells[0]["model_ms"]["cdsgd"], cross[1],
+            cells[1]["tau_ms"]) in page
+    assert all(x < c["tau_ms"] for x, c in zip(cross, cells))
+    assert abs(cells[1]["model_ms"]["cdsgd"] / cells[1]["model_ms"]["bitsgd"] - 1) < 0.005
     assert "CD-SGD's step takes %s of stock fp32's and %s of MXNet's 2-bit" % (
         span([m["cdsgd"] / m["stock_fp32"] for m in ms], "%.2f"), span([m["cdsgd"] / m["stock_2bit"] for m in ms], "%.2f")) in page
-    assert "BIT-SGD both ways takes %s of BIT-SGD's step" % span([m["bitsgd_2bit"] / m["bitsgd"] for m in ms], "%.2f") in page
-    phis = [(c["phi_ms"], ssgd_phi(c)) for c in cells]
-    assert "phi %.0f-%.0f ms at 2 + 1 and %.0f-%.0f at 4 + 1, against 3468 and 6930 before" % (
-        min(phis[0]), max(phis[0]), min(phis[1]), max(phis[1])) in page
-    assert "cut ResNet-50's fp32 round by %s" % span([100 * (1 - min(p) / before) for p, before in zip(phis, (3468, 6930))],
-                                                     "%.0f%%").replace("%-", "-") in page
-    assert "A one-way 2-bit round (%.0f and %.0f ms)" % tuple(c["psi_plus_delta_ms"] for c in cells) in page
+    assert "BIT-SGD both ways takes %s of BIT-SGD's step; CD-SGD both ways %s BIT-SGD both ways" % (
+        span([m["bitsgd_2bit"] / m["bitsgd"] for m in ms], "%.2f"),
+        span([m["cdsgd_2bit"] / m["bitsgd_2bit"] for m in ms], "%.1fx").replace("x-", "-")) in page
     answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
     _, larger = scaling_cells("1gbit", "resnet50", R50_AT_16)
-    assert "CD-SGD %.0f%% faster than BIT-SGD at 2 + 1, %.0f%% slower at 4 + 1 and" % (
-        100 * (ms[0]["bitsgd"] / ms[0]["cdsgd"] - 1), 100 * (ms[1]["cdsgd"] / ms[1]["bitsgd"] - 1)) in answers
+    assert "CD-SGD level with BIT-SGD at 2 + 1, %.0f%% slower at 4 + 1 and" % (
+        100 * (ms[1]["cdsgd"] / ms[1]["bitsgd"] - 1)) in answers
     assert "(as the model says), %s of stock fp32's step" % span(
         [m["cdsgd"] / m["stock_fp32"] for m in ms + [c["iter_ms"] for c in larger]], "%.2f") in answers
 
