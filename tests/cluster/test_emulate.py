@@ -62,9 +62,8 @@ def test_each_host_has_its_own_address_name_and_sshd_and_all_of_it_goes_at_the_e
     script = ('cp "$CDSGD_EMULATE" %s/state.json; cat "$CDSGD_HOSTFILE"; '
               'for h in $(cat "$CDSGD_HOSTFILE") host2; do ssh "$h" \'echo "$(hostname) $(ip -4 -o addr show | '
               'grep -v " lo " | awk "{print \\$2, \\$4}" | tr "\\n" " ")"\'; done; '
-              'ssh host0 getent hosts host2 login; exit 7') % tmp_path
+              'ssh host0 getent hosts host2 login; cat /proc/uptime > %s/ended; exit 7') % (tmp_path, tmp_path)
     proc = run_emulated(3, ["bash", "-c", script])
-    ended = since_boot()
     assert proc.returncode == 7, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[1:4] == ["10.213.0.11", "10.213.0.12", "10.213.0.13"], lines
@@ -77,16 +76,12 @@ def test_each_host_has_its_own_address_name_and_sshd_and_all_of_it_goes_at_the_e
     time.sleep(0.3)
     assert alive([h["pid"] for h in state["hosts"]] + [state["login"]]) == []
     # (a namespace's number is reused once it is gone: another test's emulation, running beside
-    # this one under -n 2, may have its processes in a namespace of the same number by now; a
-    # process of this emulation started before it ended)
+    # this one under -n 2, may have its processes in a namespace of the same number by now, even
+    # before run_emulated returns; every process of this emulation started before COMMAND ended,
+    # since the teardown starts none in its namespaces)
+    ended = float((tmp_path / "ended").read_text().split()[0]) * os.sysconf("SC_CLK_TCK")
     namespaces = {h["netns"] for h in state["hosts"]} | {state["login_netns"]}
     assert [p for ns in namespaces for p in emulate.pids_in(ns) if started_at(p) <= ended] == []
-
-
-def since_boot():
-    """Now, in clock ticks since boot (the unit of a process's start time in /proc)."""
-    with open("/proc/uptime") as f:
-        return float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK")
 
 
 def started_at(pid):
