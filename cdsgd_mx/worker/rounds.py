@@ -161,8 +161,8 @@ class RoundRunner:
         built) made S-SGD's round 1.16x slower at 10 Gbit/s (Inception-BN, 4 + 1), where the
         wait's wake-ups, not the wire, set the pace. Traced as 'window' (an instant event)."""
         self.backend.push_after([a.comm_wire for a in earlier], b.comm_wire)
-        self.tracer.add("window", self.tracer.now_us(), self.tracer.now_us(), bucket=i, step=t,
-                        after=[a.weight_key for a in earlier])
+        now = self.tracer.now_us()
+        self.tracer.add("window", now, now, bucket=i, step=t, after=[a.weight_key for a in earlier])
 
     def _wait_for(self, earlier, i, t):
         """A rows push copies comm_wire synchronously: wait here for the earlier buckets' W."""
