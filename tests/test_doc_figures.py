@@ -9,6 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PERFORMANCE = (ROOT / "docs" / "performance.md").read_text()
+HISTORY = (ROOT / "docs" / "performance-history.md").read_text()
 README = (ROOT / "README.md").read_text()
 MODEL = {"inception_bn": "Inception-BN", "resnet20": "ResNet-20"}
 LINK = {"1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s"}
@@ -50,9 +51,9 @@ def xspan(values):
 HOSTS = section(PERFORMANCE, "## A round on per-host NICs, against stock MXNet")
 
 
-def host_cells():
-    """One dict per (model, workers, servers) cell of the section's raw JSON files."""
-    files = sorted({p.with_suffix(".json") for p in raw_files(HOSTS, "comm-hosts-[0-9]*.txt")})
+def host_cells(text=HOSTS, pattern="comm-hosts-[0-9]*.txt"):
+    """One dict per (model, workers, servers) cell of the raw JSON files `text` links to."""
+    files = sorted({p.with_suffix(".json") for p in raw_files(text, pattern)})
     assert len(files) == 4, files
     cells = []
     for path in files:
@@ -101,9 +102,7 @@ def test_the_per_host_ranges_are_the_tables():
     over_us = 1e3 * (edge["ssgd"] - 1.2 * edge["bound"])
     assert 0 < over_us and "on the goal's edge, %.0f us over 1.2x; missed elsewhere" % over_us in page
     assert all(c["ssgd"] / c["bound"] > 1.2 for c in cells)
-    old = {(run["model"], record["workers"], record["servers"]): {s: r["ms"] for s, r in run["systems"].items()}
-           for path in raw_files((ROOT / "docs" / "performance-history.md").read_text(), "comm-hosts-[0-9]*-3a6e678.txt")
-           for record in [json.loads(path.with_suffix(".json").read_text())] for run in record["runs"]}
+    old = {(c["model"], c["W"], c["S"]): c for c in host_cells(HISTORY, "comm-hosts-[0-9]*-3a6e678.txt")}
     assert len(old) == 8
     four = [c for c in cells if c["model"] == "inception_bn" and c["W"] == 4]
     more = lambda system: [100 * (c[system] / old[("inception_bn", 4, c["S"])][system] - 1) for c in four]
@@ -148,6 +147,11 @@ def resnet50_cells():
     return one_run_cells("### ResNet-50", "comm-hosts-resnet50-*.txt")
 
 
+def resnet50_cells_at_cef6e0a():
+    """The ResNet-50 jobs of the window's table (the thread's hold, with ssgd_unwindowed)."""
+    return one_run_cells("### A window of pushes in flight", "comm-hosts-resnet50-*.txt")
+
+
 def test_the_resnet50_rounds_are_their_raw_files():
     text = section(HOSTS, "### ResNet-50")
     table = {r[0]: r[1:] for r in rows(text)}
@@ -186,12 +190,11 @@ def test_the_resnet50_rounds_are_their_raw_files():
             span([vs(w, s, "ssgd", "stock_fp32") for w, s in by], "%.2f"),
             span([vs(w, s, "bitsgd", "stock_2bit") for w, s in by], "%.2f"), met,
             sum(1 for r in ours if r <= 1.2), span(ours, "%.2f"), span(stock, "%.2f")) in answers
-    history = (ROOT / "docs" / "performance-history.md").read_text()
-    old = {(w, s): m for w, s, m, _, _ in one_run_cells("### A window of pushes in flight", "comm-hosts-resnet50-*.txt")}
+    old = {(w, s): m for w, s, m, _, _ in resnet50_cells_at_cef6e0a()}
     assert "(%.1f and %.1f ms then, %.2fx stock's at 4 + 2;" % (
         old[(2, 2)]["ssgd"], old[(4, 2)]["ssgd"], old[(4, 2)]["ssgd"] / old[(4, 2)]["stock_fp32"]) in page
     assert all(old[k]["ssgd"] < by[k][0]["ssgd"] for k in ((2, 2), (4, 2)))  # "lost ground"
-    table_then = {r[0]: r[1:] for r in rows(section(history, "## ResNet-50's round at `cef6e0a`"))}
+    table_then = {r[0]: r[1:] for r in rows(section(HISTORY, "## ResNet-50's round at `cef6e0a`"))}
     for (w, s), m in old.items():
         assert table_then["%d, %d" % (w, s)][:4] == ["%.1f" % m[k] for k in ("stock_fp32", "ssgd", "stock_2bit", "bitsgd")]
 
@@ -202,8 +205,7 @@ def test_the_push_windows_table_is_its_raw_files():
     text = section(HOSTS, "### A window of pushes in flight")
     cells = [("Inception-BN", w, s, m, f) for w, s, m, f, _ in one_run_cells("### A window of pushes in flight",
                                                                               "window-ibn-*.txt")]
-    cells += [("ResNet-50", w, s, m, f) for w, s, m, f, _ in one_run_cells("### A window of pushes in flight",
-                                                                           "comm-hosts-resnet50-*.txt")]
+    cells += [("ResNet-50", w, s, m, f) for w, s, m, f, _ in resnet50_cells_at_cef6e0a()]
     table = {(r[0], r[1]): r[2:] for r in rows(text)[1:]}  # (the header row left out)
     assert len(table) == 8
     for model, w, s, m, f in cells:
@@ -611,8 +613,7 @@ def test_the_resnet50_cells_are_their_raw_file():
     page = " ".join(text.replace("**", "").split())
     ms = [c["iter_ms"] for c in cells]
     # the window's cut, against the cells before it (the history page's raw file)
-    history = (ROOT / "docs" / "performance-history.md").read_text()
-    (before,) = raw_files(section(history, "### ResNet-50 on 1 Gbit/s NICs at `6a51190`"), "scaling-resnet50-1gbit-*.json")
+    (before,) = raw_files(section(HISTORY, "### ResNet-50 on 1 Gbit/s NICs at `6a51190`"), "scaling-resnet50-1gbit-*.json")
     old = sorted(json.loads(before.read_text())["cells"], key=lambda c: c["workers"])
     assert "The window cut S-SGD's round at 4 + 1 by %.0f%%: phi on S-SGD's buckets %.0f ms against %.0f at `6a51190`" % (
         100 * (1 - ssgd_phi(cells[1]) / ssgd_phi(old[1])), ssgd_phi(cells[1]), ssgd_phi(old[1])) in page
@@ -837,7 +838,8 @@ def test_the_proofs_share_on_s_sgds_buckets_is_the_windows_runs():
 
 def window_runs(raw):
     """{(how the window is held, link, label): (each ssgd job, each ssgd_unwindowed job, median
-    ratio as printed)} of a raw file of '=== HOW LINK[, label]' blocks of bench.comm output."""
+    ratio as printed)} of a raw file of '=== HOW LINK[, label]' blocks of bench.comm output; each
+    printed ratio is checked against its jobs' medians."""
     runs = {}
     for head, body in re.findall(r"^=== ([^\n]*)\n(.*?)(?=^=== |\Z)", raw, re.M | re.S):
         how, link, *label = head.split(" ", 2)
@@ -845,8 +847,16 @@ def window_runs(raw):
         off, ratio = re.search(r"ssgd_unwindowed .*\(each job ([\d./]+)\), ssgd / ssgd_unwindowed ([\d.]+)",
                                body).groups()
         floats = lambda text: [float(x) for x in text.split("/")]
-        runs[(how, link.rstrip(","), " ".join(label))] = (floats(on), floats(off), float(ratio))
+        on, off, ratio = floats(on), floats(off), float(ratio)
+        assert "%.2f" % (statistics.median(on) / statistics.median(off)) == "%.2f" % ratio, head
+        runs[(how, link.rstrip(","), " ".join(label))] = (on, off, ratio)
     return runs
+
+
+def hold_passes(runs, how, cell):
+    """window_runs' passes of one hold in one cell: (each job of every pass, each pass's ratio)."""
+    passes = [v for k, v in runs.items() if k[:2] == (how, cell)]
+    return [ms for on, _, _ in passes for ms in on], [r for _, _, r in passes]
 
 
 def test_the_window_held_on_the_engine_is_its_raw_file():
@@ -854,11 +864,7 @@ def test_the_window_held_on_the_engine_is_its_raw_file():
     push, its gain at 1 Gbit/s both ways: the medians' ratios recomputed from every job."""
     text = section(HOSTS, "### A window of pushes in flight")
     (raw,) = raw_files(text, "window-engine-[0-9a-f]*.txt")
-    runs = window_runs(raw.read_text())
-    ratio = {}
-    for key, (on, off, printed) in runs.items():
-        assert "%.2f" % (statistics.median(on) / statistics.median(off)) == "%.2f" % printed, key
-        ratio[key] = printed
+    ratio = {key: printed for key, (_, _, printed) in window_runs(raw.read_text()).items()}
     page = " ".join(text.replace("**", "").split())
     slow = [ratio[k] for k in ratio if k[:2] == ("thread", "10gbit")]  # the first run, then the second
     assert "S-SGD's round at 10 Gbit/s %.2fx its time without the window (%.2f in a second run); held on the " \
@@ -888,13 +894,10 @@ def test_the_holds_at_two_servers_are_their_raw_file():
     text = section(HOSTS, "### A window of pushes in flight")
     (raw,) = raw_files(text, "window-hold-resnet50-*.txt")
     runs = window_runs(raw.read_text())
-    for key, (on, off, printed) in runs.items():
-        assert "%.2f" % (statistics.median(on) / statistics.median(off)) == "%.2f" % printed, key
-    hold = lambda how, cell: [v for k, v in runs.items() if k[:2] == (how, cell)]
-    jobs = lambda how: [ms for on, _, _ in hold(how, "4w2s") for ms in on]
-    ratios = lambda how: [r for _, _, r in hold(how, "4w2s")]
-    pair = lambda how: " and ".join("%.2f" % r for r in ratios(how))
-    assert [len(hold(h, "4w2s")) for h in ("thread", "engine", "engine-in-order", "engine-late-check")] == [2, 4, 2, 2]
+    jobs = lambda how, runs=runs: hold_passes(runs, how, "4w2s")[0]
+    ratios = lambda how, runs=runs: hold_passes(runs, how, "4w2s")[1]
+    pair = lambda how, runs=runs: " and ".join("%.2f" % r for r in ratios(how, runs))
+    assert [len(ratios(h)) for h in ("thread", "engine", "engine-in-order", "engine-late-check")] == [2, 4, 2, 2]
     page = " ".join(text.replace("**", "").split())
     assert "held by the communication thread (`c68125c`, 2 passes) %s ms a round, %s of the round without the " \
         "window; held on the engine (`5315e24`, 4 passes) %s ms, %s." % (
@@ -904,23 +907,19 @@ def test_the_holds_at_two_servers_are_their_raw_file():
         "only once the last W is in %s ms, %s." % (span(jobs("engine-in-order"), "%.0f"), pair("engine-in-order"),
                                                    span(jobs("engine-late-check"), "%.0f"),
                                                    pair("engine-late-check")) in page
-    medians = [statistics.median(on) for on, _, _ in hold("engine", "4w2s")]
+    medians = [statistics.median(on) for k, (on, _, _) in runs.items() if k[:2] == ("engine", "4w2s")]
     assert "The engine's passes differ by up to %.0f%%, near the gap itself (their ratios overlap the thread's)" % (
         100 * (max(medians) / min(medians) - 1)) in page
     assert min(ratios("engine")) <= max(ratios("thread"))  # "overlap"
-    assert "neither hold gains (%s)" % span([r for how in ("thread", "engine") for _, _, r in hold(how, "2w2s")],
+    assert "neither hold gains (%s)" % span([r for how in ("thread", "engine") for r in hold_passes(runs, how, "2w2s")[1]],
                                             "%.2f") in page
     assert statistics.median(jobs("thread")) < min(jobs("engine"))  # "seems to gain less"
     (ibn,) = raw_files(text, "window-hold-ibn-*.txt")
     ibn = window_runs(ibn.read_text())
-    for key, (on, off, printed) in ibn.items():
-        assert "%.2f" % (statistics.median(on) / statistics.median(off)) == "%.2f" % printed, key
-    side = lambda how: ([ms for k, (on, _, _) in ibn.items() if k[0] == how for ms in on],
-                        " and ".join("%.2f" % r for k, (_, _, r) in ibn.items() if k[0] == how))
-    (thread_ms, thread_r), (engine_ms, engine_r) = side("thread"), side("engine")
     assert "Inception-BN at 4 + 2 leans the same way: the thread's hold %s ms a round, %s of the round without the " \
-        "window; the engine's %s ms, %s" % (span(thread_ms, "%.0f"), thread_r, span(engine_ms, "%.0f"), engine_r) in page
-    assert statistics.median(thread_ms) < statistics.median(engine_ms)  # "the same way"
+        "window; the engine's %s ms, %s" % (span(jobs("thread", ibn), "%.0f"), pair("thread", ibn),
+                                           span(jobs("engine", ibn), "%.0f"), pair("engine", ibn)) in page
+    assert statistics.median(jobs("thread", ibn)) < statistics.median(jobs("engine", ibn))  # "the same way"
     answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
     assert "Held on MXNet's engine, as now, it seems to gain less at 2 servers: %s on ResNet-50 at 4 + 2, against %s " \
         "for the thread's hold in the same runs" % (span(ratios("engine"), "%.2f"), pair("thread")) in answers
