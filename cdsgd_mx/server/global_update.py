@@ -24,6 +24,7 @@ class GlobalUpdate:
         self.summing = set()      # weight keys that hold the workers' summed gradient (the workers update)
         self._decoded = {}        # payload key -> the decoded sum of the workers' codes
         self._momentum = {}       # weight key -> SGD's flat momentum (per-parameter states are its views)
+        self.parts = {}           # a part's weight key -> (its bucket's weight key, begin, end, the bucket's size)
 
     # -- configuration ------------------------------------------------------------------
     def set_optimizer(self, optimizer):
@@ -189,15 +190,21 @@ class GlobalUpdate:
         opt._update_count([i for i, _, _ in self._updated(wk, size)])
         return [(b, e, opt._get_lrs([first])[0], opt._get_wds([first])[0]) for first, b, e in self._runs(wk, size)]
 
-    def _flat_momentum(self, wk, weight):
-        """One momentum array for the bucket; each parameter's state (what checkpoints save
-        and the Updater would use) is its view. States restored by load() are gathered in."""
+    def _flat_momentum(self, wk, weight, size=None):
+        """One momentum array for the bucket (size: its values, if not weight's); each
+        parameter's state (what checkpoints save and the Updater would use) is its view. States
+        restored by load() are gathered in."""
         flat = self._momentum.get(wk)
+        if flat is None and wk in self.parts:  # a part's is its stretch of its bucket's (one state per parameter)
+            owner, begin, end, size = self.parts[wk]
+            flat = self._flat_momentum(owner, weight, size)[begin:end]
+            self._momentum[wk] = flat
         if flat is None:
             from mxnet import ndarray as nd
-            flat = nd.zeros((weight.size,), ctx=weight.context)
-            slots = self.slots.get(wk) or [(wk, 0, weight.size)]
-            for (i, _, _), view in zip(slots, self._views(flat, self._slot_ranges(wk, weight.size))):
+            size = size or weight.size
+            flat = nd.zeros((size,), ctx=weight.context)
+            slots = self.slots.get(wk) or [(wk, 0, size)]
+            for (i, _, _), view in zip(slots, self._views(flat, self._slot_ranges(wk, size))):
                 if self.updater.states.get(i) is not None:
                     view[:] = self.updater.states[i].reshape((-1,))
                 self.updater.states[i] = view

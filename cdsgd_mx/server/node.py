@@ -34,10 +34,10 @@ first message). Commands (sent by worker rank 0 as MXNet controller commands, id
   MAC_s = auth.mac(server s's session key, "command", JSON): server s checks the one at its rank
   {"op": "optimizer", "spec": {...}}  the global optimizer (optimizer_spec.describe)
   {"op": "register", "weights": [wk...], "slots": {wk: [[state id, begin, end], ...]},
-   "payloads": {pk: [wk, n, threshold]}, "rows": {rk: wk}}
+   "payloads": {pk: [wk, n, threshold]}, "rows": {rk: wk}, "parts": {part: [wk, begin, end, n]}}
       a bucket's parameters (slots) inside its weight key, each with its own optimizer state
-      and index; the next update of each listed weight key only records the weight
-      (registration round)
+      and index (a part's too: its round steps [begin, end) of its bucket's weights); the next
+      update of each listed weight key only records the weight (registration round)
   {"op": "set_lr", "lr": float}   the global optimizer's learning rate from now on
   {"op": "assign", "keys": [k...]} the next update of each key stores the workers' sum
   {"op": "tally", "keys": [k...]}  every update of each key stores the workers' sum (votes)
@@ -132,6 +132,7 @@ class ServerState:
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
         self.rows = {}            # fp32 rows key -> its weight key (fp32_sum='rank')
+        self.parts = {}           # a part's weight key -> (its bucket's weight key, begin, end): buckets.partition
         self._sums = {}           # fp32 rows key -> the buffer its rows are summed into
         self.to_register = set()  # weight keys whose next update only records the weight
         self.reports = set()      # tally keys that carry checkpoint_result after the workers' rows
@@ -172,6 +173,9 @@ class ServerState:
                 self.downs[int(dk)] = (int(wk), int(n))
             for rk, wk in msg.get("rows", {}).items():
                 self.rows[int(rk)] = int(wk)
+            for part, (wk, begin, end, size) in msg.get("parts", {}).items():
+                self.parts[int(part)] = (int(wk), int(begin), int(end))
+                self.update.parts[int(part)] = (int(wk), int(begin), int(end), int(size))
             for wk, slots in msg.get("slots", {}).items():
                 self.update.register(int(wk), slots)
             self.to_register.update(int(k) for k in msg["weights"])
@@ -249,6 +253,13 @@ class ServerState:
                 wk, size = self.downs[key]
                 pieces = [(begin, end) for _, begin, end in self.update.slots[wk]]  # its parameters' pieces
                 self.copies.register(key, wk, size, pieces, self.weights[key], self.weights[wk])
+        elif key in self.parts:  # a part: its round steps its stretch of the bucket's weights, then answers with it
+            wk, begin, end = self.parts[key]
+            if wk not in self.weights:
+                raise RuntimeError("part %d of weight key %d arrived before the bucket was registered" % (key, wk))
+            stretch = self.weights[wk][begin:end]
+            self.update.apply_sum(key, stretch, grad)
+            weight[:] = stretch
         else:
             self.update.apply_sum(key, weight, grad)
             if key in self.copies and tracked:  # V += the codes of W - V, which every worker encodes from W

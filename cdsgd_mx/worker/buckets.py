@@ -39,7 +39,10 @@ carries crosses to the host, once per bucket:
   there, and W is pulled there; dev_weights, on the device, gets W once per bucket, and the
   parameters get it from there.
 
-API: plan(sizes, bucket_size, workers, servers, keys) -> [Bucket]; Bucket, Slot;
+Parts (partition): a bucket's fp32 rounds may go in parts, each a Bucket of its own (weight key,
+comm_wire) over a stretch of the bucket's buffers, while its 2-bit rounds go whole.
+
+API: plan(sizes, bucket_size, workers, servers, keys, part_size=None) -> [Bucket]; Bucket, Slot;
 BucketSet(buckets, shapes, outs, delayed).gather / scatter / grad_to_comm / comm_to_loc /
 fp32_to_comm / gradient / zero_grad / hold_loc / keep_residual / set_multipliers / layout.
 """
@@ -66,6 +69,13 @@ from cdsgd_mx.worker.engine_copies import EngineCopies
 # Capped by the big-array bound, see plan().
 DEFAULT_BUCKET_SIZE = 1 << 20
 FP32_BUCKET_SIZE = 1 << 16
+# Values per part: the fp32 rounds (warm-up, corrections) of the compressing algorithms go
+# part by part, each part its own weight key on its bucket's server, so that they keep both
+# directions of a NIC busy as S-SGD's 2^16 buckets do, while their 2-bit rounds keep 2^20
+# buckets (the codes' CPU is per bucket). Measured: CD-SGD on Inception-BN at 8 workers + 2
+# servers, 1 Gbit/s NICs: its fp32 round 457 ms on 2^20 buckets, 307 on 2^16 (docs/performance.md,
+# "Parts").
+PART_SIZE = FP32_BUCKET_SIZE
 
 
 def default_bucket_size(algorithm):
@@ -110,19 +120,23 @@ class Bucket:
     down_wire: Any = field(default=None, repr=False)    # ... where they are pulled (codes, scale, norms, count)
     down_status: Any = field(default=None, repr=False)  # ... the server's count of the bucket's rounds
     rows_key: Optional[int] = None                      # fp32_sum='rank': its fp32 rounds' rows, one per worker
+    parts: List["Bucket"] = field(default_factory=list, repr=False)  # its fp32 rounds' units (none: itself; see partition)
+    whole: Any = field(default=None, repr=False)        # a part: its stretch of its bucket's comm_buf
 
     @property
     def words(self):
         return codec.packed_size(self.size)
 
 
-def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bound=None, fp32_rows=False):
+def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bound=None, fp32_rows=False,
+         part_size=None):
     """Buckets for params = [(key, size)] in registration order (every worker plans the same).
 
     A bucket holds at most min(bucket_size, the big-array bound's limit, total / num_servers)
     values, so that each key fits one server and every server gets a share; a parameter above
     that is cut into pieces (at least num_servers when it reaches the bound, as MXNet would).
-    fp32_rows: the buckets get fp32 rows keys (fp32_sum='rank'), whose bound is lower."""
+    fp32_rows: the buckets get fp32 rows keys (fp32_sum='rank'), whose bound is lower.
+    part_size: the buckets' fp32 rounds go in parts of at most this many values (partition)."""
     bound = protocol.bigarray_bound() if bound is None else bound
     total = sum(size for _, size in params)
     limit = max(1, min(bucket_size, protocol.max_chunk(bound, num_workers, fp32_rows), math.ceil(total / num_servers)))
@@ -157,7 +171,38 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
         load[current.server] += max(size, 1)
         state_id += 1
         offset += size
+    if part_size is not None:
+        partition(buckets, part_size, keys, first_state)
     return buckets
+
+
+def partition(buckets, part_size, keys, first_state):
+    """Cut each bucket into parts of at most part_size values for its fp32 rounds: a bucket's
+    codes stay one payload, but its weights are pushed and pulled part by part, one part's W
+    coming back while the next one's push goes out. Each part is a Bucket of its own (weight
+    key on the bucket's server, whole slots of the bucket), whose stored weights the server
+    keeps as a stretch of the bucket's. A slot longer than a part is cut first, each piece with
+    its own optimizer state (state ids numbered again in order), so that every parameter piece
+    is stepped once per round whichever way the round goes."""
+    state_id = first_state
+    for b in buckets:
+        slots = []
+        for s in b.slots:
+            pieces = max(1, math.ceil(s.size / part_size))
+            step = math.ceil(s.size / pieces) if s.size else 0
+            for begin in range(s.begin, s.end, step) if s.size else [s.begin]:
+                end = min(s.end, begin + step) if s.size else s.end
+                slots.append(Slot(s.key, begin, end, s.offset + begin - s.begin, state_id, s.lr_mult, s.wd_mult))
+                state_id += 1
+        b.slots = slots
+        if b.size <= part_size:
+            continue
+        groups = [[]]
+        for s in slots:
+            if groups[-1] and sum(x.size for x in groups[-1]) + s.size > part_size:
+                groups.append([])
+            groups[-1].append(s)
+        b.parts = [Bucket(g[0].offset, sum(x.size for x in g), b.server, keys.on(b.server), None, g) for g in groups]
 
 
 class BucketSet:
@@ -211,6 +256,18 @@ class BucketSet:
             if device:
                 b.dev_comm = self.dev_comm[b.offset:b.offset + b.size]
                 b.dev_weights = self.dev_weights[b.offset:b.offset + b.size]
+        for b in buckets:  # a part's fp32 round goes through an array of its own (data, proof region)
+            for p in b.parts:
+                p.comm_wire = mx.nd.zeros((p.size + region,), ctx=self.ctx)
+                p.comm = p.comm_wire[0:p.size]
+                p.comm_region = p.comm_wire[p.size:p.size + region] if region else None
+                p.comm_status = p.comm_wire[p.size:p.size + 1] if region else None
+                proofs.unseal(p)
+                start = p.offset - b.offset
+                p.whole = b.comm[start:start + p.size]
+                p.grad = self.grad_buf[p.offset:p.offset + p.size]
+                p.loc = None if self.loc_buf is None else self.loc_buf[p.offset:p.offset + p.size]
+                p.dev_comm = b.dev_comm[start:start + p.size] if device else None
         if self.copy is not None:  # each bucket's decode of its 2-bit pulls (an engine operation)
             self.copy.bind(buckets, region)
         # a whole parameter's slices, shaped like it: what its gradient is bound to, and where
@@ -374,9 +431,18 @@ class BucketSet:
             wire.wait_to_read()
 
     def fp32_to_comm(self, b):
-        """An fp32 round pushes comm_buf: with device-resident buckets g(t) comes from the device."""
+        """An fp32 round pushes comm_buf: with device-resident buckets g(t) comes from the
+        device; a part's from its stretch of its bucket's comm_buf (partition)."""
         if self.device:
             b.dev_comm.copyto(b.comm)
+        elif b.whole is not None:
+            b.whole.copyto(b.comm)
+
+    @staticmethod
+    def part_to_comm(p):
+        """A part's W, as pulled, into its stretch of its bucket's comm_buf (an engine copy,
+        ordered after the pull), where the parameters and loc_buf take W from."""
+        p.comm.copyto(p.whole)
 
     def copy_values(self):
         """V (numpy copy), or None without 2-bit pulls: checkpoints."""

@@ -44,12 +44,26 @@ PUSH_WINDOW_ENV = "CDSGD_PUSH_WINDOW"  # bytes of fp32 pushes a worker keeps in 
 def push_window(environ=os.environ):
     """CDSGD_PUSH_WINDOW: bytes of fp32 pushes a worker keeps in flight (0: no limit), default
     rounds.PUSH_WINDOW."""
-    value = environ.get(PUSH_WINDOW_ENV)
+    return _whole_number(environ, PUSH_WINDOW_ENV, PUSH_WINDOW, "bytes of fp32 pushes in flight; 0: no limit")
+
+
+PART_SIZE_ENV = "CDSGD_PART_SIZE"  # values per part of a compressing algorithm's fp32 rounds (buckets.partition)
+
+
+def part_size(environ=os.environ):
+    """CDSGD_PART_SIZE: values per part (0: none, fp32 rounds of whole buckets), default
+    buckets.PART_SIZE; None for 0."""
+    from cdsgd_mx.worker.buckets import PART_SIZE
+    return _whole_number(environ, PART_SIZE_ENV, PART_SIZE, "values per part of an fp32 round; 0: no parts") or None
+
+
+def _whole_number(environ, name, default, what):
+    """The integer >= 0 in environment variable `name`, else default; one line if it is not one."""
+    value = environ.get(name)
     if value is None:
-        return PUSH_WINDOW
+        return default
     if not value.strip().isdigit():
-        raise ConfigError("%s must be an integer >= 0 (bytes of fp32 pushes in flight; 0: no limit), got %r"
-                          % (PUSH_WINDOW_ENV, value))
+        raise ConfigError("%s must be an integer >= 0 (%s), got %r" % (name, what, value))
     return int(value)
 
 

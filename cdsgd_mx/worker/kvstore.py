@@ -38,7 +38,7 @@ from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.worker.backends import DistBackend
 from cdsgd_mx.worker.compression import Compressor
 from cdsgd_mx.worker.config import (DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, ConfigError, check_config,
-                                    existing_dist_sync, push_window, store_name)
+                                    existing_dist_sync, part_size, push_window, store_name)
 from cdsgd_mx.worker.fusion import CallFusion
 from cdsgd_mx.worker.gluon_rules import GluonRules
 from cdsgd_mx.worker.local_update import LocalUpdate
@@ -130,6 +130,10 @@ class CDSGD(KVStoreBase):
             guards.check_servers(self._backend)  # the handshake ran in the backend, before any command
         # fp32 rounds through rows keys, summed in rank order (in process one worker's sum has one order)
         self._fp32_rows = fp32_sum == "rank" and isinstance(self._backend, DistBackend)
+        # the fp32 rounds of the compressing algorithms go part by part (buckets.partition); not
+        # yet with 2-bit pulls or fp32 rows keys, whose rounds stay whole buckets
+        self.part_size = part_size() if algorithm in COMPRESSING and pull_compression == "none" and \
+            not self._fp32_rows else None
         self._nonfinite = guards.NonfinitePolicy(nonfinite, self._backend, self._names)
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._optimizer = None
@@ -251,7 +255,8 @@ class CDSGD(KVStoreBase):
             shapes[k] = tuple(v.shape)
         plan = bucketing.plan([(k, int(np.prod(shapes[k]))) for k in keys], self.bucket_size, self.num_workers,
                               self._backend.num_servers, self._keys,
-                              first_state=len(self._slots()) + self.fusion.abandoned, fp32_rows=self._fp32_rows)
+                              first_state=len(self._slots()) + self.fusion.abandoned, fp32_rows=self._fp32_rows,
+                              part_size=self.part_size)
         # the buffers live on the first device's context (its gradients are then bound to
         # grad_buf); on a GPU comm_buf, the proofs and the wire stay on the host and the
         # codec runs on the device (device-resident buckets, buckets.py; CDSGD_DEVICE_PATH=1
@@ -274,8 +279,10 @@ class CDSGD(KVStoreBase):
             for slot in bset.slots:
                 if slot.key == k:
                     flat[slot.offset:slot.offset + slot.size] = data[slot.begin:slot.end]
-        self._backend.init([b.weight_key for b in plan],
-                           [mx.nd.array(flat[b.offset:b.offset + b.size]) for b in plan])
+        parts = [p for b in plan for p in b.parts]  # (their stored weights are the server's to fill)
+        self._backend.init([b.weight_key for b in plan] + [p.weight_key for p in parts],
+                           [mx.nd.array(flat[b.offset:b.offset + b.size]) for b in plan] +
+                           [mx.nd.zeros((p.size,)) for p in parts])
         if self.algorithm in COMPRESSING:
             self._backend.init_payloads(plan, pull)
         if pull:

@@ -5,7 +5,8 @@ worker's proof, issue the pulls of W(t+1)
 (fp32, or with 2-bit pulls the codes of W(t+1) - V: pull_compression.py), then check that each
 bucket's round was applied (sending it again if a server dropped it); what a 2-bit pull brings
 is decoded into V and comm_buf by an engine operation issued behind it (pull_compression.py).
-An fp32 round keeps at most a window of pushes in flight (PushWindow).
+An fp32 round keeps at most a window of pushes in flight (PushWindow); a bucket with parts
+(buckets.partition) goes part by part in an fp32 round, whole in a 2-bit one.
 
 API: RoundRunner(backend, schedule, threshold, tracer, names, window).push(bset, t, keep_residual)
 -> check; .check(bset, t) -> follow-up; .bytes_of_step(sets, t); bytes_pushed, bytes_by_step,
@@ -89,21 +90,13 @@ class RoundRunner:
                     self.backend.push_payload(b.payload_key)
                 pushed += self.payload_bytes(b, bset)
             else:
-                nbytes = self.fp32_bytes(b, bset)
-                earlier = window.behind(b, nbytes)
-                with self.tracer.span("push fp32", bucket=i, step=t):
-                    bset.fp32_to_comm(b)
-                    self.backend.seal(b, tracked)
-                    if keep:
-                        b.comm.copyto(b.loc)  # before W comes back over it
-                    if self._rows_key(b) is None:  # one request: W(t+1) comes back as its answer
-                        if earlier:  # MXNet's engine holds the push back, not this thread (see _follow)
-                            self._follow(earlier, b, i, t)
-                        self.backend.pushpull(b.weight_key, b.comm_wire)
-                    else:  # this worker's row: the server sums the rows in rank order
-                        self._wait_for(earlier, i, t)  # (push_row copies comm_wire synchronously)
-                        self.backend.push_row(b.rows_key)
-                pushed += nbytes
+                # a bucket with parts goes part by part (buckets.partition); every part's g(t)
+                # is taken first: W comes back into the bucket's comm_buf, and a copy there ahead
+                # of the next part's would hold that part's push behind this part's pull
+                for p in b.parts:
+                    bset.fp32_to_comm(p)
+                for u in b.parts or [b]:
+                    pushed += self._push_fp32(bset, u, i, t, window, tracked, keep)
             self._pull(bset, t, i, self._acked(b, compressed), start, down=pull_down)  # right behind its push
         if keep_residual is not None:
             keep_residual()
@@ -112,6 +105,29 @@ class RoundRunner:
         # the span ends when the transfer does; recorded without holding up this thread
         self.tracer.watch("pull", bset.down_buf if pull_down else bset.comm_wires, start, step=t)
         return lambda: self.check(bset, t)
+
+    def _push_fp32(self, bset, u, i, t, window, tracked, keep):
+        """The fp32 round of u (bucket i, or one of its parts): push g(t) with this worker's
+        proof, W(t+1) coming back into u's comm_buf (for a part, then into its bucket's).
+        Returns the bytes pushed."""
+        nbytes = self.fp32_bytes(u, bset)
+        earlier = window.behind(u, nbytes)
+        with self.tracer.span("push fp32", bucket=i, step=t):
+            if u.whole is None:  # (a part's g(t) is in already)
+                bset.fp32_to_comm(u)
+            self.backend.seal(u, tracked)
+            if keep:
+                u.comm.copyto(u.loc)  # before W comes back over it
+            if self._rows_key(u) is None:  # one request: W(t+1) comes back as its answer
+                if earlier:  # MXNet's engine holds the push back, not this thread (see _follow)
+                    self._follow(earlier, u, i, t)
+                self.backend.pushpull(u.weight_key, u.comm_wire)
+                if u.whole is not None:
+                    bset.part_to_comm(u)
+            else:  # this worker's row: the server sums the rows in rank order
+                self._wait_for(earlier, i, t)  # (push_row copies comm_wire synchronously)
+                self.backend.push_row(u.rows_key)
+        return nbytes
 
     def check(self, bset, t):
         """Communication thread, after the flush's pulls are issued and before the main thread
@@ -122,19 +138,8 @@ class RoundRunner:
         pull_down, tracked = self.schedule.pull_compressed(t), self._tracked(bset, t)
         rounds = [self._round(b) for b in bset.buckets]  # the counts this round brings once applied
         for i, b in enumerate(bset.buckets):
-            for attempt in range(MAX_RESENDS + 1):
-                with heartbeat.waiting("step %d's pull of bucket %d (key %d, server %d)" % (t, i, b.weight_key,
-                                                                                          b.server)):
-                    if self.backend.bucket_applied(b, down=pull_down):
-                        break
-                dropped(self.backend.rank, "round %d of bucket %d (key %d, step %d)" % (
-                    self.backend.rounds.get(b.weight_key, 0), i, b.weight_key, t), attempt)
-                self.resent += 1
-                with self.tracer.span("resend", bucket=i, step=t):
-                    self.backend.resend(b, compressed, self._kept_gradient(bset, b, t), pull_down, tracked,
-                                        rows=self._rows_key(b) is not None)
-                    if pull_down:  # the first decode found the old count and changed nothing
-                        bset.copy.issue(i, rounds[i])
+            for u in b.parts if b.parts and not compressed else [b]:
+                self._check_applied(bset, u, i, t, compressed, pull_down, tracked, rounds)
             if bset.copy is not None and tracked:
                 with self.tracer.span("track", bucket=i, step=t):
                     bset.copy.track(i, b)  # V += the codes of W - V, as the server did; comm_buf = V
@@ -147,7 +152,24 @@ class RoundRunner:
             for i in range(len(bset.buckets)):
                 bset.copy.collect(i, rounds[i])
         after = self._tracked(bset, t + 1)  # (sealed as what the next round is)
-        return lambda: [self.backend.seal_next(b, after) for b in bset.buckets]
+        return lambda: [self.backend.seal_next(u, after) for b in bset.buckets for u in [b] + b.parts]
+
+    def _check_applied(self, bset, u, i, t, compressed, pull_down, tracked, rounds):
+        """u's round (bucket i's, or one of its parts') was applied, else it is sent again until it is."""
+        for attempt in range(MAX_RESENDS + 1):
+            with heartbeat.waiting("step %d's pull of bucket %d (key %d, server %d)" % (t, i, u.weight_key, u.server)):
+                if self.backend.bucket_applied(u, down=pull_down):
+                    return
+            dropped(self.backend.rank, "round %d of bucket %d (key %d, step %d)" % (
+                self.backend.rounds.get(u.weight_key, 0), i, u.weight_key, t), attempt)
+            self.resent += 1
+            with self.tracer.span("resend", bucket=i, step=t):
+                self.backend.resend(u, compressed, self._kept_gradient(bset, u, t), pull_down, tracked,
+                                    rows=self._rows_key(u) is not None)
+                if u.whole is not None:  # the W it brings, into the bucket's comm_buf
+                    bset.part_to_comm(u)
+                if pull_down:  # the first decode found the old count and changed nothing
+                    bset.copy.issue(i, rounds[i])
 
     def _tracked(self, bset, t):
         """Is step t's round of the set a tracked fp32 round (Schedule.pull_tracked; only where
@@ -224,5 +246,5 @@ class RoundRunner:
         """Bytes this worker pushes at step t by the schedule and the buckets (what push counts
         into bytes_by_step once the step's rounds have run)."""
         compressed = self.schedule.compressed(t)
-        return sum(self.payload_bytes(b, bset) if compressed else self.fp32_bytes(b, bset)
+        return sum(self.payload_bytes(b, bset) if compressed else sum(self.fp32_bytes(u, bset) for u in b.parts or [b])
                    for bset in sets for b in bset.buckets)

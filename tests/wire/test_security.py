@@ -256,11 +256,23 @@ def _simulated_weights_equal(tmp_path, algorithm, both_ways=False):
 
 FOREIGN_PUSHES = [("ssgd", "weights"), ("odsgd", "weights"), ("cdsgd", "weights"), ("bitsgd", "codes"),
                   ("cdsgd", "codes"), ("bitsgd", "codes-both-ways"), ("cdsgd", "codes-both-ways"),
-                  ("cdsgd", "weights-both-ways")]
+                  ("cdsgd", "weights-both-ways"), ("cdsgd", "part")]
 # "-both-ways": step 4, the dropped round of "codes", pulls 2-bit codes; the dropped round of
 # cdsgd's "weights" is step 5's correction, an fp32 round that both sides track (V += codes of W - V),
 # which the workers send again sealed as tracked
 BOTH_WAYS = {"pull": "2bit", "resync_every": 3}
+# "part": cdsgd with parts of at most PART values (buckets.partition): the dense push goes to the
+# bucket's first part, met by step 5's correction, whose other parts are applied: that part alone
+# is sent again
+PART = 400
+
+
+def first_part():
+    """The first part of the one bucket these jobs have (2 workers, 1 server) with parts of PART."""
+    plan = buckets.plan([(i, int(np.prod(s))) for i, s in enumerate(SHAPES)], buckets.DEFAULT_BUCKET_SIZE, 2, 1,
+                        protocol.Keys(1), part_size=PART)
+    assert len(plan) == 1 and len(plan[0].parts) > 1
+    return plan[0].parts[0]
 MXNET_STOP = ("cdsgd", "mxnet-stop")  # MXNet's own stop command, sent to a job with a stall timeout
 STOP_LAUNCH = ("--stall-timeout", "20", "--max-restarts", "1")
 
@@ -277,14 +289,19 @@ def foreign_push_jobs(tmp_path_factory):
         for algorithm, target in FOREIGN_PUSHES + [MXNET_STOP]:
             tmp = tmp_path_factory.mktemp("%s-%s" % (algorithm, target))
             marker = "%d-%d-%s-%s" % (os.getpid(), time.time_ns(), algorithm, target)
-            job, go = _launch_paused_job(tmp, marker, algorithm, STOP_LAUNCH if target == "mxnet-stop" else (),
-                                         both_ways=target.endswith("both-ways"))
+            launch = STOP_LAUNCH if target == "mxnet-stop" else ("--env", "CDSGD_PART_SIZE=%d" % PART) \
+                if target == "part" else ()
+            job, go = _launch_paused_job(tmp, marker, algorithm, launch, both_ways=target.endswith("both-ways"))
             jobs[(algorithm, target)] = (job, go, marker, tmp)
         for (algorithm, target), (job, go, marker, tmp) in jobs.items():
             _wait_paused(job, go)
             port = outsider.listening_ports(_server_pid(_job_pids(marker)))[0]
             if target == "mxnet-stop":
                 outsider.command(port, outsider.STOP_SERVER, b"")
+            elif target == "part":
+                part = first_part()
+                outsider.push(port, part.weight_key, np.concatenate([np.full(part.size, 100.0, np.float32),
+                                                                     np.ones(2 * auth.TAG_FLOATS, np.float32)]))
             elif target.startswith("weights"):
                 outsider.push(port, 0, np.concatenate([np.full(n, 100.0, np.float32),
                                                        np.ones(2 * auth.TAG_FLOATS, np.float32)]))
@@ -315,14 +332,17 @@ def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(forei
     that pulls 2-bit codes: the decode already issued behind the first pull must leave V alone
     (the server's count did not move), the one behind the resent pull applies it, once;
     'weights-both-ways': a tracked correction (2-bit pulls) dropped and sent again, sealed as
-    tracked, and V moved by its codes once."""
+    tracked, and V moved by its codes once; 'part': with parts (buckets.partition), a dense push
+    to the bucket's first part key, met by the next correction: that part is sent again, its W
+    copied into the bucket's comm_buf once more."""
     job, out, tmp_path = foreign_push_jobs[(algorithm, target)]
     assert job.returncode == 0, out[-4000:]
     # the server names what it dropped: a round without a worker's proof, or (the outsider's row
     # summed into the same worker's row) a payload round missing a worker's row
     dropped = [line for line in out.splitlines() if "dropped message 1: " in line]
-    assert len(dropped) == 1 and ("key 0 without the job's proof" if target.startswith("weights") else "payload key 1 ") \
-        in dropped[0], out[-4000:]
+    named = "key 0 without the job's proof" if target.startswith("weights") else "payload key 1 " if \
+        target.startswith("codes") else "key %d without the job's proof" % first_part().weight_key
+    assert len(dropped) == 1 and named in dropped[0], out[-4000:]
     assert "dropped message 2" not in out, out[-4000:]
     assert "sending it again" in out, out[-4000:]
     assert "server 0 exited" not in out and "cdsgd_mx server error" not in out, out[-4000:]

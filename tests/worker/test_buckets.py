@@ -53,6 +53,49 @@ def test_plan_covers_every_value_once_in_backward_order_within_the_limits(sizes,
             assert len(covered[key]) >= min(servers, size)
 
 
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=30), bucket_size=st.integers(1, 5000),
+       part_size=st.integers(1, 700), servers=st.integers(1, 3))
+def test_parts_cut_each_bucket_into_whole_slots_of_at_most_the_part_size(sizes, bucket_size, part_size, servers):
+    """buckets.partition: the same values in the same order as without parts, slots cut to at
+    most part_size (state ids numbered again, once each), and a bucket above part_size cut into
+    parts, back to back, of whole slots, each with a weight key of its own on the bucket's
+    server."""
+    args = (list(enumerate(sizes)), bucket_size, 2, servers)
+    whole = buckets.plan(*args, protocol.Keys(servers), bound=5000)
+    plan = buckets.plan(*args, protocol.Keys(servers), bound=5000, part_size=part_size)
+    assert [(b.offset, b.size, b.server, b.weight_key, b.payload_key) for b in plan] == \
+        [(b.offset, b.size, b.server, b.weight_key, b.payload_key) for b in whole]
+    for b, w in zip(plan, whole):  # the same values, cut finer
+        assert sum(s.size for s in b.slots) == b.size and all(s.size <= part_size for s in b.slots)
+        assert {s.key for s in b.slots} == {s.key for s in w.slots}
+        for s in w.slots:  # each of the old slots is its new pieces, back to back, at the same place
+            pieces = [x for x in b.slots if x.key == s.key and (s.begin <= x.begin < s.end or x.begin == s.begin == s.end)]
+            assert pieces[0].begin == s.begin and pieces[-1].end == s.end
+            assert all(x.end == y.begin and x.offset + x.size == y.offset for x, y in zip(pieces, pieces[1:]))
+            assert all(x.offset - x.begin == s.offset - s.begin for x in pieces)
+        if b.size <= part_size:
+            assert b.parts == []
+            continue
+        assert len(b.parts) > 1 and [p.offset for p in b.parts][0] == b.offset
+        assert sum(p.size for p in b.parts) == b.size and all(0 < p.size <= part_size for p in b.parts)
+        assert all(p.offset + p.size == q.offset for p, q in zip(b.parts, b.parts[1:]))
+        assert [s for p in b.parts for s in p.slots] == b.slots  # whole slots, in order
+        assert all(p.server == b.server == protocol.server_of(p.weight_key, servers) for p in b.parts)
+    ids = [s.state_id for b in plan for s in b.slots]
+    assert ids == list(range(len(ids)))
+    keys = [k for b in plan for k in [b.weight_key, b.payload_key] + [p.weight_key for p in b.parts]]
+    assert len(set(keys)) == len(keys)
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "1.5"])
+def test_a_bad_part_size_is_refused_in_one_line(value):
+    from cdsgd_mx.worker.config import part_size
+    with pytest.raises(cdsgd_mx.ConfigError, match="^CDSGD_PART_SIZE must be an integer >= 0 .*got '%s'$" % value.replace(".", r"\.")):
+        part_size({"CDSGD_PART_SIZE": value})
+    assert part_size({}) == buckets.PART_SIZE and part_size({"CDSGD_PART_SIZE": "0"}) is None
+
+
 def test_plan_fuses_many_small_parameters_into_few_buckets():
     sizes = [64 * 64 * 9] * 30 + [64] * 35  # a ResNet-like model: 65 arrays, 1.1 M values
     plan = buckets.plan(list(enumerate(sizes)), 1 << 18, 2, 1, protocol.Keys(1))
@@ -93,6 +136,34 @@ def test_the_bucket_size_does_not_change_the_result(alg):
     for a, b in zip(x_one + w_one, x_many + w_many):
         np.testing.assert_array_equal(a, b)
     assert not np.allclose(w_one[2], 0.3)  # it trained
+
+
+@pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
+@pytest.mark.parametrize("name,kw", [("sgd", {"learning_rate": 0.3, "momentum": 0.5, "wd": 0.01}),
+                                     ("adam", {"learning_rate": 0.1})])
+def test_parts_do_not_change_the_result(monkeypatch, alg, name, kw):
+    """The fp32 rounds part by part (CDSGD_PART_SIZE=8: the 40-value parameter cut in 5) and
+    the 2-bit rounds of whole buckets move the same weights and optimizer states, bit for bit,
+    as whole-bucket rounds (CDSGD_PART_SIZE=0), in process."""
+    results = []
+    for part in ("0", "8"):
+        monkeypatch.setenv("CDSGD_PART_SIZE", part)
+        params, plist = _params(SHAPES)
+        tr = cdsgd_mx.Trainer(params, name, kw, kvstore="local", algorithm=alg, warmup_steps=2, k=3, threshold=0.25)
+        for t in range(7):
+            for i, p in enumerate(plist):
+                x = p.data().asnumpy()
+                p.grad()[:] = np.round((np.cos(x * (i + 3) + t) + 0.2 * x) * 64) / 64
+            mark_fresh(tr)
+            tr.step(1)
+        tr.wait_all()
+        parts = [p for b in tr.kvstore.bucket_sets[0].buckets for p in b.parts]
+        assert (len(parts) > 5) == (part == "8")
+        results.append([p.data().asnumpy() for p in plist] +
+                       [tr.kvstore.global_weights(i).asnumpy() for i in range(len(plist))])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+    assert not np.allclose(results[1][len(SHAPES) + 2], 0.3)  # it trained
 
 
 def test_gradients_are_bound_to_the_buckets_and_each_step_works_per_bucket(monkeypatch):

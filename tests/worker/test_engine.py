@@ -259,6 +259,43 @@ def test_bytes_pushed_match_the_wire_format(tmp_path):
     assert (codes - (8 + proof) * len(plan)) * 10 < fp32 - 2 * proof * len(plan)
 
 
+@pytest.mark.parametrize("alg,window", [("bitsgd", None), ("cdsgd", None), ("cdsgd", "1")])
+def test_fp32_rounds_in_parts_give_the_simulations_weights(tmp_path, alg, window):
+    """CDSGD_PART_SIZE=64 at 2 workers + 2 servers: each bucket's fp32 rounds (warm-up and
+    corrections) go part by part, each part its own weight key holding whole slots (the (700,)
+    parameter's halves cut again: buckets.partition), while a 2-bit round pushes the bucket's
+    codes once and pulls the bucket's W, which the parts' rounds moved. The weights are the
+    simulation's; the bytes pushed are the parts' (a proof region each), so the parts were used.
+    With CDSGD_PUSH_WINDOW=1 the window counts parts: from the 5th part of a round on, each
+    push follows one earlier part's W."""
+    env = {"CDSGD_PART_SIZE": "64", **({"CDSGD_PUSH_WINDOW": window} if window else {})}
+    cfg = dict(CFG, trace=str(tmp_path / "trace{index}.json"))
+    got = finish(start(tmp_path, 2, 2, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP),
+                       "--k", str(K), "--threshold", str(T), "--config", json.dumps(cfg), env=env))
+    xs, W = sim(alg, 2)
+    sizes = [int(np.prod(s)) for s in SHAPES]
+    plan = buckets.plan(list(enumerate(sizes)), buckets.DEFAULT_BUCKET_SIZE, 2, 2, protocol.Keys(2), bound=BOUND,
+                        part_size=64)
+    units = [u for b in plan for u in b.parts or [b]]
+    assert len(units) > 2 * len(plan) and all(u.size <= 64 for b in plan for u in b.parts)
+    proof = 4 * auth.TAG_FLOATS
+    fp32 = 4 * sum(sizes) + 2 * proof * len(units)
+    codes = sum(4 * codec.packed_size(b.size) + 8 + proof for b in plan)
+    want = [codes if Schedule(alg, WARMUP, K).compressed(t) else fp32 for t in range(STEPS)]
+    for r in range(2):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(got[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+        assert got[r]["bytes"].tolist() == want and got[r]["bytes_expected"].tolist() == want
+        events = json.load(open(tmp_path / ("trace%d.json" % r)))["traceEvents"]
+        pushes = [e for e in events if e["name"] == "push fp32"]
+        assert len(pushes) == len(units) * sum(1 for t in range(STEPS) if not Schedule(alg, WARMUP, K).compressed(t))
+        windows = [e for e in events if e["name"] == "window"]
+        assert bool(windows) == bool(window) and all(len(e["args"]["after"]) == 1 for e in windows)
+        if window:  # every part from the 5th of each round on, in each fp32 round
+            assert len(windows) == len(pushes) - 4 * (len(pushes) // len(units))
+
+
 @pytest.mark.parametrize("alg,fp32_sum", [("ssgd", "arrival"), ("cdsgd", "rank")])
 def test_a_window_of_one_byte_waits_before_pushes_and_changes_no_weight(tmp_path, alg, fp32_sum):
     """CDSGD_PUSH_WINDOW=1 with 16-value buckets (50 of them): from the 5th bucket of every fp32

@@ -7,20 +7,25 @@ import sys
 
 def registration(buckets, threshold, compressing, aggregate=False):
     """The servers' register command: each bucket's parameters (slots: state id, range in the
-    weight key, lr_mult, wd_mult), when compressing its payload key, with 2-bit pulls its down
+    weight key, lr_mult, wd_mult), its parts (buckets.partition: each part's weight key, its
+    stretch of the bucket's and its own slots), when compressing its payload key, with 2-bit pulls its down
     key (pull_compression.py), with fp32_sum='rank' its rows key, and with aggregate the weight
     keys that from now on hold the workers' summed gradient (the workers update). Listed in
     "weights": the keys whose next round only registers them (weight keys first: a down key's V
     starts as its weights)."""
     downs = [b for b in buckets if b.down_key is not None]
     rows = [b for b in buckets if b.rows_key is not None]
+    parts = [(b, p) for b in buckets for p in b.parts]
     return {"op": "register", "weights": ([b.weight_key for b in buckets] if compressing or rows else []) +
                                          [b.down_key for b in downs],
             "downs": {str(b.down_key): [b.weight_key, b.size] for b in downs},
             "rows": {str(b.rows_key): b.weight_key for b in rows},
-            "sum": [b.weight_key for b in buckets] if aggregate else [],
-            "slots": {str(b.weight_key): [[s.state_id, s.offset - b.offset, s.offset - b.offset + s.size,
-                                           s.lr_mult, s.wd_mult] for s in b.slots] for b in buckets},
+            "parts": {str(p.weight_key): [b.weight_key, p.offset - b.offset, p.offset - b.offset + p.size, b.size]
+                      for b, p in parts},
+            "sum": [u.weight_key for b in buckets for u in [b] + b.parts] if aggregate else [],
+            "slots": {str(u.weight_key): [[s.state_id, s.offset - u.offset, s.offset - u.offset + s.size,
+                                           s.lr_mult, s.wd_mult] for s in u.slots]
+                      for b in buckets for u in [b] + b.parts},
             "payloads": {str(b.payload_key): [b.weight_key, b.size, threshold] for b in buckets} if compressing else {}}
 
 
