@@ -75,29 +75,30 @@ class RoundRunner:
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed, start = 0, self.tracer.now_us()
         window = PushWindow(self.window)
-        for i, b in enumerate(bset.buckets):
-            if compressed:
-                with self.tracer.span("quantize", bucket=i, step=t):
-                    codes, bad = bset.compressor.compress(i, bset.gradient(b, from_grad=not self.schedule.delayed(t)))
-                    if bad:
-                        raise FloatingPointError("non-finite gradient in bucket %d (parameters %s) at step %d (%d values)"
-                                                 % (i, self.names(sorted({s.key for s in b.slots})), t, bad))
-                    codec.wire_encode(codes, self.backend.wire_row(b.payload_key))
-                    if bset.copy is not None:  # what this round pulls: the codes of W - V, or W
-                        self.backend.set_pull(b.payload_key, PULL_2BIT if pull_down else PULL_FP32)
-                with self.tracer.span("push codes", bucket=i, step=t):
-                    self.backend.seal(b)
-                    self.backend.push_payload(b.payload_key)
-                pushed += self.payload_bytes(b, bset)
-            else:
-                # a bucket with parts goes part by part (buckets.partition); every part's g(t)
-                # is taken first: W comes back into the bucket's comm_buf, and a copy there ahead
-                # of the next part's would hold that part's push behind this part's pull
+        if not compressed:
+            # every part's g(t) is taken first (buckets.partition): W comes back into its
+            # bucket's comm_buf, and a copy there ahead of the next part's would hold that part's
+            # push behind this part's pull
+            for b in bset.buckets:
                 for p in b.parts:
                     bset.fp32_to_comm(p)
-                for u in b.parts or [b]:
-                    pushed += self._push_fp32(bset, u, i, t, window, tracked, keep)
-            self._pull(bset, t, i, self._acked(b, compressed), start, down=pull_down)  # right behind its push
+            for i, u in self.fp32_units(bset):
+                pushed += self._push_fp32(bset, u, i, t, window, tracked, keep)
+                self._pull(bset, t, i, self._rows_key(u), start)  # (a rows push: its pull right behind it)
+        for i, b in enumerate(bset.buckets if compressed else ()):  # a 2-bit round: each bucket's codes
+            with self.tracer.span("quantize", bucket=i, step=t):
+                codes, bad = bset.compressor.compress(i, bset.gradient(b, from_grad=not self.schedule.delayed(t)))
+                if bad:
+                    raise FloatingPointError("non-finite gradient in bucket %d (parameters %s) at step %d (%d values)"
+                                             % (i, self.names(sorted({s.key for s in b.slots})), t, bad))
+                codec.wire_encode(codes, self.backend.wire_row(b.payload_key))
+                if bset.copy is not None:  # what this round pulls: the codes of W - V, or W
+                    self.backend.set_pull(b.payload_key, PULL_2BIT if pull_down else PULL_FP32)
+            with self.tracer.span("push codes", bucket=i, step=t):
+                self.backend.seal(b)
+                self.backend.push_payload(b.payload_key)
+            pushed += self.payload_bytes(b, bset)
+            self._pull(bset, t, i, b.payload_key, start, down=pull_down)  # right behind its push
         if keep_residual is not None:
             keep_residual()
         self.bytes_pushed += pushed
@@ -105,6 +106,16 @@ class RoundRunner:
         # the span ends when the transfer does; recorded without holding up this thread
         self.tracer.watch("pull", bset.down_buf if pull_down else bset.comm_wires, start, step=t)
         return lambda: self.check(bset, t)
+
+    @staticmethod
+    def fp32_units(bset):
+        """[(bucket index, unit)] in the order an fp32 round pushes them: each bucket, or where
+        buckets have parts, the buckets' parts in turn (every bucket's first part, then every
+        second part, ...). A bucket's parts share its server: pushed one after another, they
+        kept one server's NIC busy while the others idled (CD-SGD's correction at 8 + 2 took as
+        long in parts as whole); in turn they go to every server, as consecutive buckets do."""
+        units = [b.parts or [b] for b in bset.buckets]
+        return [(i, us[j]) for j in range(max(map(len, units), default=0)) for i, us in enumerate(units) if j < len(us)]
 
     def _push_fp32(self, bset, u, i, t, window, tracked, keep):
         """The fp32 round of u (bucket i, or one of its parts): push g(t) with this worker's
@@ -196,12 +207,6 @@ class RoundRunner:
     def _rows_key(self, b):
         """The key of the bucket's fp32 rows this round pushes to, or None (the weight key)."""
         return b.rows_key if self.fp32_rows else None
-
-    def _acked(self, b, compressed):
-        """The key whose push the pull of W must wait for: the payload key (codes) or the rows
-        key (fp32 rows); None for an fp32 round of the weight key itself, whose pushpull brings
-        W back as the answer to the push."""
-        return b.payload_key if compressed else self._rows_key(b)
 
     def _round(self, b):
         """The server's count of the bucket's rounds once this one is applied."""

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from workers.engine_worker import SHAPES, grad_fn, init_value, offgrid_grad  # n
 
 from cdsgd_mx.wire import auth, protocol
 from cdsgd_mx.worker import buckets
+from cdsgd_mx.worker.rounds import RoundRunner
 from cdsgd_mx.worker.schedule import Schedule
 from cdsgd_mx import codec  # noqa: E402
 
@@ -289,7 +291,13 @@ def test_fp32_rounds_in_parts_give_the_simulations_weights(tmp_path, alg, window
         assert got[r]["bytes"].tolist() == want and got[r]["bytes_expected"].tolist() == want
         events = json.load(open(tmp_path / ("trace%d.json" % r)))["traceEvents"]
         pushes = [e for e in events if e["name"] == "push fp32"]
-        assert len(pushes) == len(units) * sum(1 for t in range(STEPS) if not Schedule(alg, WARMUP, K).compressed(t))
+        fp32_steps = [t for t in range(STEPS) if not Schedule(alg, WARMUP, K).compressed(t)]
+        assert len(pushes) == len(units) * len(fp32_steps)
+        # the buckets' parts in turn (RoundRunner.fp32_units): a bucket's parts share its server
+        turns = [i for i, _ in RoundRunner.fp32_units(SimpleNamespace(buckets=plan))]
+        assert turns[:4] == [0, 1, 2, 3] and len(set(turns[:4])) == len(plan)
+        for t in fp32_steps:
+            assert [e["args"]["bucket"] for e in sorted(pushes, key=lambda e: e["ts"]) if e["args"]["step"] == t] == turns
         windows = [e for e in events if e["name"] == "window"]
         assert bool(windows) == bool(window) and all(len(e["args"]["after"]) == 1 for e in windows)
         if window:  # every part from the 5th of each round on, in each fp32 round
