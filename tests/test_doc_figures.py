@@ -735,15 +735,56 @@ def test_the_bucket_advice_for_fast_links_is_the_10gbit_cells():
     assert "their fp32 round alone took %s longer on 2^16 there" % span(ratios, "%.1fx").replace("x-", "-") in usage
 
 
+def overlap_jobs(raw, head):
+    """The jobs of a raw file of bench.overlap printouts, each under a '=== HEAD' line (head: a
+    regex of its groups): {head's groups: (phi, psi + delta, {algorithm: (step ms, model ms)})}."""
+    jobs = {}
+    for m in re.finditer(r"^=== %s [\d:]+\n(.*?)(?=^=== )" % head, raw.read_text(), re.M | re.S):
+        body = m.groups()[-1]
+        phi, psi = re.search(r"fp32 round \(phi\) ([\d.]+) ms, 2-bit round \(psi \+ delta\) ([\d.]+) ms", body).groups()
+        steps = {a: (float(i), float(mo)) for a, i, mo in re.findall(r"^(bitsgd|cdsgd) +([\d.]+) +([\d.]+) ", body, re.M)}
+        jobs[tuple(int(g) for g in m.groups()[:-1])] = (float(phi), float(psi), steps)
+    return jobs
+
+
+def test_parts_are_their_raw_files():
+    """The parts' A/B (parts and whole buckets taking turns, 3 passes) and the first version's
+    pass: the table and every figure of the bullets, from the jobs' printouts."""
+    parts = section(SCALING, "### Parts: fp32 rounds finer than the codes")
+    (raw,) = raw_files(parts, "parts-cdsgd-*.txt")
+    jobs = overlap_jobs(raw, r"pass (\d) part (\d+)")
+    assert sorted(jobs) == [(p, size) for p in (1, 2, 3) for size in (0, 65536)]
+    on, off = [jobs[(p, 65536)] for p in (1, 2, 3)], [jobs[(p, 0)] for p in (1, 2, 3)]
+    step = lambda j, a: j[2][a][0]
+    assert rows(parts)[1:] == [["%d" % p] + ["%.1f" % v for v in (a[0], b[0], step(a, "cdsgd"), step(b, "cdsgd"),
+                                                                 step(a, "bitsgd"), step(b, "bitsgd"))] +
+                               ["%.2f" % (step(a, "cdsgd") / step(a, "bitsgd")), "%.2f" % (step(b, "cdsgd") / step(b, "bitsgd"))]
+                               for p, a, b in zip((1, 2, 3), on, off)]
+    page = " ".join(parts.split()).replace("**", "")
+    assert "The correction round takes %s of its time on whole buckets, and CD-SGD's step %s of its time there" % (
+        span([a[0] / b[0] for a, b in zip(on, off)], "%.2f"),
+        span([step(a, "cdsgd") / step(b, "cdsgd") for a, b in zip(on, off)], "%.2f")) in page
+    vs_bit = [step(j, "cdsgd") / step(j, "bitsgd") for j in on]
+    assert "CD-SGD is now level with BIT-SGD at 8 + 2: %s of its step, against %s on whole buckets" % (
+        span(vs_bit, "%.2f"), span([step(j, "cdsgd") / step(j, "bitsgd") for j in off], "%.2f")) in page
+    assert round(min(vs_bit), 2) < 1 < round(max(vs_bit), 2)  # "level": on both sides of it
+    assert "puts CD-SGD at %s of BIT-SGD's step; CD-SGD measures %s its model" % (
+        span([j[2]["cdsgd"][1] / j[2]["bitsgd"][1] for j in on], "%.2f"),
+        xspan([step(j, "cdsgd") / j[2]["cdsgd"][1] for j in on])) in page
+    (first,) = raw_files(parts, "parts-one-bucket-after-another-*.txt")
+    tried = overlap_jobs(first, r"pass (\d) part (\d+)")
+    assert sorted(tried) == [(1, 0), (1, 65536)] and "bf50d7d" in first.read_text().splitlines()[1]
+    assert "the correction took as long as on whole buckets (%.1f ms against %.1f, one pass" % (
+        tried[(1, 65536)][0], tried[(1, 0)][0]) in page
+    assert tried[(1, 65536)][0] > 0.95 * tried[(1, 0)][0]
+
+
 def test_cd_sgds_smaller_buckets_are_their_raw_file():
     """CD-SGD at 8 + 2 on 2^20, 2^18 and 2^16-value buckets, BIT-SGD beside it in each job:
     every figure of the bullet read back from the job's printout."""
     (raw,) = raw_files(SCALING, "buckets-cdsgd-*.txt")
-    jobs = {}
-    for size, body in re.findall(r"^=== bucket (\d+) [\d:]+\n(.*?)(?=^=== )", raw.read_text(), re.M | re.S):
-        phi, psi = re.search(r"fp32 round \(phi\) ([\d.]+) ms, 2-bit round \(psi \+ delta\) ([\d.]+) ms", body).groups()
-        step = dict(re.findall(r"^(bitsgd|cdsgd) +([\d.]+) ", body, re.M))
-        jobs[int(size)] = (float(phi), float(psi), float(step["bitsgd"]), float(step["cdsgd"]))
+    jobs = {size: (phi, psi, steps["bitsgd"][0], steps["cdsgd"][0])
+            for (size,), (phi, psi, steps) in overlap_jobs(raw, r"bucket (\d+)").items()}
     assert sorted(jobs) == [1 << 16, 1 << 18, 1 << 20]
     big, mid, small = jobs[1 << 20], jobs[1 << 18], jobs[1 << 16]
     page = " ".join(SCALING.split()).replace("**", "")

@@ -30,11 +30,12 @@ each host's NIC at RATE in each direction (python -m cdsgd_mx.cluster.emulate), 
 --interleaved: all of it in one job instead (cdsgd_mx.worker.schedule.InterleavedSchedule): separate
 jobs on a machine whose cores the workers share differ in compute from job to job by more
 than what the algorithms differ by at fast links; in one job every algorithm runs on the
-same processes. One job per bucket size: each algorithm runs on the buckets it gets by
-default (S-SGD and OD-SGD 2^16 values, the compressing ones 2^20: worker/buckets.py), so
-there are two jobs when both kinds are asked for, each with its own rounds alone, and each
-algorithm's model is calibrated by its own job's; --bucket-size N runs them all in one job on
-buckets of N values.
+same processes. One job per bucket size and pull: each algorithm runs on the buckets it gets
+by default (S-SGD and OD-SGD 2^16 values, the compressing ones 2^20: worker/buckets.py), and
+the both-ways algorithms (2-bit pulls) in a job of their own, since a store with 2-bit pulls
+runs its fp32 rounds on whole buckets where a one-way store runs them in parts; so there are up
+to three jobs, each with its own rounds alone, and each algorithm's model is calibrated by its
+own job's; --bucket-size N runs them in one job per pull on buckets of N values.
 Each cycle measures tau, then fp32 and 2-bit rounds alone taking turns, then each algorithm
 for a block of 1 + 2k steps (the order rotated every cycle); --iterations is then the timed
 steps per algorithm, rounded up to whole cycles of 2k; iter_ms is the median over cycles of
@@ -163,12 +164,13 @@ def worker(args):
 
 
 def bucket_groups(args):
-    """--interleaved: [(bucket size, algorithms)], one job each (see the module's doc)."""
+    """--interleaved: [(bucket size, algorithms)], one job each, by bucket size and pull (see
+    the module's doc): the one-way ones first."""
     from cdsgd_mx.worker.buckets import default_bucket_size
     groups = {}
     for a in args.algorithms.split(","):
-        groups.setdefault(args.bucket_size or default_bucket_size(a.replace("_2bit", "")), []).append(a)
-    return sorted(groups.items())
+        groups.setdefault((a in BOTH_WAYS, args.bucket_size or default_bucket_size(a.replace("_2bit", ""))), []).append(a)
+    return [(size, algorithms) for (_, size), algorithms in sorted(groups.items())]
 
 
 def emulated_compute(args, net, trainer):
@@ -318,7 +320,7 @@ def run_job(cmd, name):
 
 
 def interleaved_results(args):
-    """One job per bucket size (bucket_groups): per algorithm a row as separate jobs give
+    """One job per bucket size and pull (bucket_groups): per algorithm a row as separate jobs give
     (compute_ms: its job's tau), and each job's costs: its rounds alone, tau, server CPU."""
     import copy
     extra = ["--trace-dir", os.path.abspath(args.trace_dir)] if args.trace_dir else []
@@ -391,7 +393,9 @@ def leader(args):
     if args.interleaved:
         results, jobs = interleaved_results(args)
         main_job = job_of(jobs, "cdsgd") if "cdsgd" in results else jobs[-1]  # CD-SGD's rounds: the figures
-        phi, psi, psi_pull = main_job["phi_ms"], main_job["psi_plus_delta_ms"], main_job["psi_pull_plus_delta_ms"]
+        both = next((j for j in jobs if j["psi_pull_plus_delta_ms"] is not None), None)  # (the both-ways job's)
+        phi, psi = main_job["phi_ms"], main_job["psi_plus_delta_ms"]
+        psi_pull, phi_pull = (both["psi_pull_plus_delta_ms"], both.get("phi_pull_ms")) if both else (None, None)
         predicted = predictions(jobs, args.k)
     else:
         results = separate_results(args)
@@ -403,8 +407,8 @@ def leader(args):
         costs = {"phi_ms": phi, "psi_plus_delta_ms": psi, "cdsgd_comm_ms": comm_cd}
         if psi_pull is not None:
             costs["psi_pull_plus_delta_ms"] = psi_pull
-        if args.interleaved and main_job.get("phi_pull_ms") is not None:
-            costs["phi_pull_ms"] = main_job["phi_pull_ms"]
+        if args.interleaved and phi_pull is not None:
+            costs["phi_pull_ms"] = phi_pull
         if args.interleaved:
             costs.update(jobs=jobs, model_ms=predicted)
         print(json.dumps(costs), flush=True)
@@ -482,7 +486,7 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--bucket-size", type=int, default=0, metavar="N",
                     help="values per bucket for every algorithm (default: each algorithm's own; --interleaved: "
-                         "one job per bucket size)")
+                         "one job per bucket size and pull)")
     ap.add_argument("--compute-ms", type=float, default=None, metavar="T",
                     help="replace each worker's forward/backward with T ms of waiting (gradients of the model's "
                          "real shapes, drawn once); communication, codec, servers and local update stay real")

@@ -197,11 +197,13 @@ def partition(buckets, part_size, keys, first_state):
         b.slots = slots
         if b.size <= part_size:
             continue
-        groups = [[]]
+        groups, size = [[]], 0
         for s in slots:
-            if groups[-1] and sum(x.size for x in groups[-1]) + s.size > part_size:
+            if groups[-1] and size + s.size > part_size:
                 groups.append([])
+                size = 0
             groups[-1].append(s)
+            size += s.size
         b.parts = [Bucket(g[0].offset, sum(x.size for x in g), b.server, keys.on(b.server), None, g) for g in groups]
 
 

@@ -138,8 +138,8 @@ def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
     """python -m cdsgd_mx.bench.scaling (issue 48): one cell (LeNet-5, 2 workers + 1 server on
     3 emulated hosts at 100 Mbit/s, 20 ms of compute) with every algorithm beside the time
     model, stock MXNet's rows, the servers' CPU, the verdict and the plot, each algorithm's
-    median of three timed blocks beside their spread; and one-line stops for bad input. Slow: one
-    interleaved job of 3 nodes and three jobs of each stock system, about 80 s on 2 cores."""
+    median of three timed blocks beside their spread; and one-line stops for bad input. Slow: three
+    interleaved jobs of 3 nodes and three jobs of each stock system, about 90 s on 2 cores."""
     from cdsgd_mx.cluster import emulate
     bad = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.scaling", "--workers", "2,4", "--servers", "1"],
                          capture_output=True, text=True, timeout=60)
@@ -154,14 +154,15 @@ def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     cell = json.loads(out.read_text())["cells"][0]
     assert (cell["model"], cell["workers"], cell["servers"], cell["nic"]) == ("lenet5", 2, 1, "100mbit")
-    # each algorithm on its default buckets: S-SGD and OD-SGD in a job of their own
+    # each algorithm on its default buckets: S-SGD and OD-SGD in a job of their own, and the
+    # both-ways ones apart from the one-way ones (a store with 2-bit pulls has no parts)
     assert [(j["bucket_size"], j["algorithms"]) for j in cell["jobs"]] == [
-        (1 << 16, ["ssgd", "odsgd"]), (1 << 20, ["bitsgd", "cdsgd", "bitsgd_2bit", "cdsgd_2bit"])]
+        (1 << 16, ["ssgd", "odsgd"]), (1 << 20, ["bitsgd", "cdsgd"]), (1 << 20, ["bitsgd_2bit", "cdsgd_2bit"])]
     assert cell["phi_ms"] == cell["jobs"][1]["phi_ms"]  # CD-SGD's corrections: its own job's fp32 round
     # CD-SGD both ways' corrections cost their own round alone (fp32, V tracked), in its model
     from cdsgd_mx.experiments import timemodel
-    job = cell["jobs"][1]
-    assert cell["phi_pull_ms"] == job["phi_pull_ms"] > 0
+    job = cell["jobs"][2]
+    assert cell["phi_pull_ms"] == job["phi_pull_ms"] > 0 and cell["psi_pull_plus_delta_ms"] == job["psi_pull_plus_delta_ms"]
     costs = timemodel.calibrate(job["tau_ms"], job["phi_ms"], job["psi_plus_delta_ms"],
                                 pull_round_ms=job["psi_pull_plus_delta_ms"], correction_pull_round_ms=job["phi_pull_ms"])
     assert cell["model_ms"]["cdsgd_2bit"] == pytest.approx(timemodel.predict(costs, 5)["cdsgd_2bit"])
