@@ -388,20 +388,65 @@ R50_AT_16 = "### ResNet-50 at 8 and 16 workers on 1 Gbit/s NICs"
 
 
 def test_the_scaling_tables_are_their_raw_files():
-    for link, model, heading in (("1gbit", "inception_bn", None), ("10gbit", "inception_bn", None),
-                                 ("1gbit", "resnet50", None), ("10gbit", "resnet50", None),
-                                 ("1gbit", "resnet50", R50_AT_16)):
-        text, cells = scaling_cells(link, model, heading)
+    tables = [scaling_cells(link, model, heading) for link, model, heading in (
+        ("1gbit", "inception_bn", None), ("10gbit", "inception_bn", None), ("1gbit", "resnet50", None),
+        ("10gbit", "resnet50", None), ("1gbit", "resnet50", R50_AT_16))]
+    before = section(HISTORY, "## The scaling table before parts")  # (moved there, with their raw files)
+    tables += [(section(before, "### Inception-BN on %s NICs at `5e610bf`" % LINK[link]), history_cells(link))
+               for link in ("1gbit", "10gbit")]
+    for text, cells in tables:
         table = {}
         for r in rows(text):
             table.setdefault(r[0], []).append(r[1:])
         for c in cells:
+            where = (c["nic"], c["model"], c["workers"])
             steps, model = table["%d + %d" % (c["workers"], c["servers"])]
-            assert steps == ["%.1f" % c["iter_ms"][a] for a in STEP_COLUMNS], (link, c["workers"])
+            assert steps == ["%.1f" % c["iter_ms"][a] for a in STEP_COLUMNS], where
             assert model == ["%.1f" % c["tau_ms"]] + ["%.0f" % v for v in (
                 ssgd_phi(c), c["phi_ms"], c["psi_plus_delta_ms"], c["psi_pull_plus_delta_ms"])] + \
                 ["%.2f" % (c["iter_ms"][a] / c["model_ms"][a]) for a in OURS] + \
-                ["%.0f%%, %.0f%%" % (100 * c["cpu_busy"]["cdsgd"], 100 * c["cpu_busy"]["cdsgd_2bit"])], (link, c["workers"])
+                ["%.0f%%, %.0f%%" % (100 * c["cpu_busy"]["cdsgd"], 100 * c["cpu_busy"]["cdsgd_2bit"])], where
+
+
+def test_the_scaling_table_in_parts_against_whole_buckets():
+    """The 1 Gbit/s table's CPU-bound cells, the 10 Gbit/s cost of parts (beside the same round
+    on whole buckets, timed in each cell's both-ways job), and the part sizes' sweep."""
+    from cdsgd_mx.bench import scaling
+    text, slow = scaling_cells("1gbit")
+    bound = {(a, c["workers"]): c["cpu_busy"][a] for c in slow for a in OURS if c["cpu_busy"][a] >= scaling.CPU_BOUND}
+    named = [("bitsgd_2bit", 8), ("ssgd", 16), ("odsgd", 16), ("bitsgd_2bit", 16), ("cdsgd_2bit", 16)]
+    assert sorted(bound) == sorted(named)
+    page = " ".join(text.split())
+    assert "(CPU-bound: BIT-SGD both ways at 8 + 2, %.0f%%; at 16 + 4 S-SGD %.0f%%, OD-SGD %.0f%%, BIT-SGD both ways %.0f%% " \
+        "and CD-SGD both ways %.0f%%;" % tuple(100 * bound[n] for n in named) in page
+    text, fast = scaling_cells("10gbit")
+    page = " ".join(text.split())
+    before = history_cells("10gbit")
+    step = [c["iter_ms"]["cdsgd"] for c in fast]
+    old = [c["iter_ms"]["cdsgd"] for c in before]
+    said = "S-SGD's 2^16-value buckets (phi %.0f and %.0f ms) and CD-SGD's corrections in parts (%.0f and %.0f) both " \
+        "take longer than the same round on whole 2^20-value buckets (%.0f and %.0f ms" % (
+            *[ssgd_phi(c) for c in fast], *[c["phi_ms"] for c in fast], *[whole_phi(c) for c in fast])
+    assert said in page and all(min(ssgd_phi(c), c["phi_ms"]) > whole_phi(c) for c in fast)
+    assert "CD-SGD's step is %s what it was on whole buckets at `5e610bf` (%.1f and %.1f ms against %.1f and %.1f" % (
+        xspan([a / b for a, b in zip(step, old)]), *step, *old) in page
+    assert "CD-SGD sits %s above its model here" % xspan([c["iter_ms"]["cdsgd"] / c["model_ms"]["cdsgd"] for c in fast]) \
+        in page
+    parts = " ".join(section(SCALING, "### Parts: fp32 rounds finer than the codes").split())
+    assert "CD-SGD's correction alone takes %.0f and %.0f ms in parts at 2 + 1 and 4 + 1, against %.0f and %.0f on " \
+        "whole buckets, and its step is %s what it was on whole buckets" % (
+            *[c["phi_ms"] for c in fast], *[whole_phi(c) for c in fast], xspan([a / b for a, b in zip(step, old)])) in parts
+    (raw,) = raw_files(section(SCALING, "### Parts: fp32 rounds finer than the codes"), "parts-sizes-*.txt")
+    jobs = overlap_jobs(raw, r"(1|10)gbit \d+\+\d part (\d+)")
+    sizes = (65536, 131072, 262144, 0)
+    assert sorted(jobs) == sorted((link, s) for link in (1, 10) for s in sizes)
+    assert "2^16 and 2^17 values a part gave the same correction (%.1f and %.1f ms alone), 2^18 %.1f, whole buckets " \
+        "%.1f; at 4 + 1 on 10 Gbit/s %.1f, %.1f, %.1f and %.1f ms" % (
+            *[jobs[(1, s)][0] for s in sizes], *[jobs[(10, s)][0] for s in sizes]) in parts
+    psi10 = [jobs[(10, s)][1] for s in sizes]
+    assert "differ by up to %.0f%% (%s ms)" % (100 * (max(psi10) / min(psi10) - 1), span(psi10, "%.1f")) in parts
+    assert abs(jobs[(1, 65536)][0] / jobs[(1, 131072)][0] - 1) < 0.03  # "the same"
+    assert jobs[(10, 0)][0] < min(jobs[(10, s)][0] for s in sizes[:3])  # whole buckets: the fastest at 10 Gbit/s
 
 
 def test_the_scaling_answers_are_their_raw_files():
@@ -419,31 +464,33 @@ def test_the_scaling_answers_are_their_raw_files():
     assert "At 10 Gbit/s CD-SGD takes %s of stock fp32's and %s of MXNet's 2-bit" % (
         span(t(fast, "cdsgd", "stock_fp32"), "%.2f"), span(t(fast, "cdsgd", "stock_2bit"), "%.2f")) in page
     vs_bit = t(slow, "cdsgd", "bitsgd")
-    assert "%s of its step, faster at 2 and 4 workers" % span(vs_bit, "%.2f") in page
+    before_1, before_10 = history_cells("1gbit"), history_cells("10gbit")
+    pct = lambda r: "%.0f%%" % (100 * abs(1 - r))
+    assert "CD-SGD against BIT-SGD at 1 Gbit/s: %s of its step, faster at 2 and 4 workers (%s and %s), %s slower at " \
+        "8 + 2 and %s at 16 + 4; on whole buckets, at `5e610bf`, %s." % (
+            span(vs_bit, "%.2f"), *map(pct, vs_bit), span(t(before_1, "cdsgd", "bitsgd"), "%.2f")) in page
     assert [c["workers"] for c, r in zip(slow, vs_bit) if r < 1] == [2, 4]
     crossover = [(c["phi_ms"] - c["psi_plus_delta_ms"]) / c["k"] for c in slow]
-    assert "That is %.1f ms against tau = %.1f at 2 + 1, and %s ms against %s from 4 workers" % (
-        crossover[0], slow[0]["tau_ms"], span(crossover[1:], "%.1f"), span([c["tau_ms"] for c in slow[1:]], "%.1f")) \
-        in page
-    ratio = [c["cdsgd_comm_ms"] / c["tau_ms"] for c in slow]
-    assert "%.0f-%.0fx the compute here" % (min(ratio), max(ratio)) in page
-    four = slow[1]
-    model_gap = four["model_ms"]["cdsgd"] / four["model_ms"]["bitsgd"] - 1
-    assert "At 4 + 1 the two are within %.0f%% of each other (the model puts CD-SGD %.0f%% behind, the blocks %.0f%% " \
-        "ahead)" % (100 * max(abs(model_gap), abs(1 - vs_bit[1])), 100 * model_gap, 100 * (1 - vs_bit[1])) in page
-    assert crossover[1] > four["tau_ms"] and vs_bit[1] < 1  # (the model's verdict and the blocks' differ there)
-    # the corrections' buckets: CD-SGD's model with S-SGD's round as its correction
-    phi16 = [ssgd_phi(c) for c in slow]
-    assert "phi %s ms alone), whose last pull is a long tail; S-SGD's fp32 round over 2^16-value ones takes %s ms" % (
-        span([c["phi_ms"] for c in slow], "%.0f"), span(phi16, "%.0f")) in page
-    jobs = [job_of(c["jobs"], "cdsgd") for c in slow]
-    what_if = [timemodel.predict(timemodel.calibrate(j["tau_ms"], p16, j["psi_plus_delta_ms"]), c["k"])["cdsgd"]
-               / c["model_ms"]["bitsgd"] for c, j, p16 in zip(slow, jobs, phi16)]
-    assert "the same model puts CD-SGD at %s of BIT-SGD's step in every cell" % span(what_if, "%.2f") in page
-    assert max(what_if) < 1 and slow[3]["cpu_busy"]["ssgd"] >= scaling.CPU_BOUND  # "(... CPU-bound)"
+    assert "that is %s ms against tau = %s up to 8 workers, and %.1f against %.1f at 16 + 4 (on whole buckets: %s " \
+        "from 4 workers)" % (span(crossover[:3], "%.1f"), span([c["tau_ms"] for c in slow[:3]], "%.1f"), crossover[3],
+                             slow[3]["tau_ms"], span([(c["phi_ms"] - c["psi_plus_delta_ms"]) / c["k"]
+                                                      for c in before_1[1:]], "%.1f")) in page
+    model_gap = [1 - c["model_ms"]["cdsgd"] / c["model_ms"]["bitsgd"] for c in slow]
+    assert "the model puts CD-SGD %s%% ahead up to 8 workers and level at 16 + 4" % span(
+        [100 * g for g in model_gap[:3]], "%.0f") in page
+    assert min(model_gap[:3]) > 0 and abs(model_gap[3]) < 0.005 and crossover[3] > slow[3]["tau_ms"] - 0.5
+    cd_model = [c["iter_ms"]["cdsgd"] / c["model_ms"]["cdsgd"] for c in slow]
+    assert "at 8 + 2 (%.2fx its model, %.0f%% of the cores busy) and 16 + 4 (%.2fx, %.0f%%)" % (
+        cd_model[2], 100 * slow[2]["cpu_busy"]["cdsgd"], cd_model[3], 100 * slow[3]["cpu_busy"]["cdsgd"]) in page
+    assert max(c["cpu_busy"]["cdsgd"] for c in slow) < scaling.CPU_BOUND  # (not the cores)
+    assert "phi %s ms against S-SGD's %s on 2^16-value buckets, where whole buckets took %s" % (
+        span([c["phi_ms"] for c in slow], "%.0f"), span([ssgd_phi(c) for c in slow], "%.0f"),
+        span([c["phi_ms"] for c in before_1], "%.0f")) in page
     gain, gain4 = [c["iter_ms"]["bitsgd"] / c["iter_ms"]["cdsgd"] - 1 for c in fast[:2]]
-    assert "beats BIT-SGD by %.0f%% at 2 workers and %.0f%% at 4, the cells this machine's cores do not bound (%.0f%% " \
-        "and %.0f%% busy)" % (100 * gain, 100 * gain4, 100 * fast[0]["cpu_busy"]["cdsgd"], 100 * fast[1]["cpu_busy"]["cdsgd"]) \
+    old_gain = [c["iter_ms"]["bitsgd"] / c["iter_ms"]["cdsgd"] - 1 for c in before_10[:2]]
+    assert "beats BIT-SGD by %.0f%% at 2 workers and %.0f%% at 4 (%.0f%% and %.0f%% of the cores busy); on whole " \
+        "buckets at `5e610bf` by %.0f%% and %.0f%%" % (100 * gain, 100 * gain4, 100 * fast[0]["cpu_busy"]["cdsgd"],
+                                                   100 * fast[1]["cpu_busy"]["cdsgd"], *[100 * g for g in old_gain]) \
         in page
     assert [c["workers"] for c in fast] == [2, 4] and max(c["cpu_busy"]["cdsgd"] for c in fast) < scaling.CPU_BOUND
     assert "CD-SGD against S-SGD: %s of its step at 1 Gbit/s" % span(t(slow, "cdsgd", "ssgd"), "%.2f") in page
@@ -457,6 +504,9 @@ def test_the_scaling_answers_are_their_raw_files():
                                               both[3], 100 * slow[3]["cpu_busy"]["cdsgd_2bit"]) in page
     assert both[2] <= 1.15  # "the goal ... met at 8 workers"
     assert slow[3]["cpu_busy"]["cdsgd_2bit"] >= scaling.CPU_BOUND  # "cannot be told at 16"
+    assert all(c["jobs"][2]["algorithms"] == ["bitsgd_2bit", "cdsgd_2bit"] for c in slow)  # "a job of its own"
+    assert "at `5e610bf`, in one job with the one-way algorithms, %sx" % span(
+        [c["iter_ms"]["cdsgd_2bit"] / c["model_ms"]["cdsgd_2bit"] for c in before_1], "%.2f") in page
     (old_path,) = set(p.with_suffix(".json") for p in raw_files(SCALING.split("### ")[0], "scaling-inception-bn-1gbit-*.txt"))
     old = json.loads(old_path.read_text())
     assert old["provenance"]["commit"].startswith("867fddf")
@@ -514,13 +564,31 @@ def test_the_scaling_answers_are_their_raw_files():
     assert "which is the %.1f ms by which the step (%.1f ms) exceeds its model (%.1f)" % (it - model, it, model) in page
     assert abs(0.8 * sum(spent["cdsgd_2bit"]) - (it - model)) < 1.0  # 4 of every 5 steps pay it
     answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
-    assert "CD-SGD's step takes %s of stock fp32's and %s of BIT-SGD's (faster at 2 and 4 workers;" % (
-        span(t(slow, "cdsgd", "stock_fp32"), "%.2f"), span(vs_bit, "%.2f")) in answers
-    assert "it beats BIT-SGD by %.0f%% at 2 workers and %.0f%% at 4" % (100 * gain, 100 * gain4) in answers
-    assert "CD-SGD both ways within %sx its model" % span(both, "%.2f") in answers
-    assert "at 1 Gbit/s CD-SGD's step is %sx stock fp32's and %sx BIT-SGD's" % (
-        span(t(slow, "cdsgd", "stock_fp32"), "%.2f"), span(vs_bit, "%.2f")) in README
+    assert "CD-SGD's step takes %s of stock fp32's and %s of BIT-SGD's (faster at 2 and 4 workers, %s-%s slower at 8 " \
+        "and 16; %s before its corrections went in parts); CD-SGD both ways within %sx its model" % (
+            span(t(slow, "cdsgd", "stock_fp32"), "%.2f"), span(vs_bit, "%.2f"), pct(vs_bit[2]).rstrip("%"),
+            pct(vs_bit[3]), span(t(before_1, "cdsgd", "bitsgd"), "%.2f"), span(both, "%.2f")) in answers
+    assert "it beats BIT-SGD by %.0f%% at 2 workers and %.0f%% at 4 (%.0f%% and %.0f%% on whole buckets" % (
+        100 * gain, 100 * gain4, *[100 * g for g in old_gain]) in answers
+    assert "at 1 Gbit/s CD-SGD's step is %sx stock fp32's and %sx BIT-SGD's (faster at 2 and 4 workers, %s-%s slower " \
+        "at 8 and 16;" % (span(t(slow, "cdsgd", "stock_fp32"), "%.2f"), span(vs_bit, "%.2f"), pct(vs_bit[2]).rstrip("%"),
+                          pct(vs_bit[3])) in README
     assert "at 10 Gbit/s %.0f%% faster than BIT-SGD with 2 workers and %.0f%% with 4" % (100 * gain, 100 * gain4) in README
+    commit = json.loads(raw_files(section(SCALING, "### Inception-BN on 1 Gbit/s NICs"), "scaling-*.txt")[0]
+                        .with_suffix(".json").read_text())["provenance"]["commit"][:7]
+    assert "| commit `%s` | [performance](docs/performance.md#scaling" % commit in README
+
+
+def history_cells(link):
+    """The Inception-BN scaling cells before parts (performance-history.md), from their JSON."""
+    from cdsgd_mx.bench import scaling
+    text = section(section(HISTORY, "## The scaling table before parts"), "### Inception-BN on %s NICs at `5e610bf`"
+                   % LINK[link])
+    (path,) = set(p.with_suffix(".json") for p in raw_files(text, "scaling-*.txt"))
+    cells = sorted(json.loads(path.read_text())["cells"], key=lambda c: c["workers"])
+    for c in cells:
+        c["cpu_busy"] = scaling.cpu_busy(c)
+    return cells
 
 
 def test_both_ways_ratios_on_the_shared_link_are_the_checks():
@@ -723,6 +791,12 @@ def test_the_resnet50_cells_at_8_and_16_workers_are_their_raw_files():
     assert "%.0f-%.0f%% slower at 8 + 2 and 16 + 4 (as the model says)" % (min(slower), max(slower)) in answers
 
 
+def whole_phi(cell):
+    """The fp32 round alone on whole 2^20-value buckets: timed in the job with 2-bit pulls (a
+    store with 2-bit pulls has no parts; before parts, CD-SGD's own job)."""
+    return next(j for j in cell["jobs"] if "cdsgd_2bit" in j["algorithms"])["phi_ms"]
+
+
 def test_the_bucket_advice_for_fast_links_is_the_10gbit_cells():
     usage = " ".join((ROOT / "docs" / "usage.md").read_text().split())
     ratios = []
@@ -730,9 +804,9 @@ def test_the_bucket_advice_for_fast_links_is_the_10gbit_cells():
         _, cells = scaling_cells("10gbit", model)
         for c in cells:
             if (c["workers"], c["servers"]) in ((2, 1), (4, 1)):
-                ratios.append(ssgd_phi(c) / c["phi_ms"])
+                ratios.append(ssgd_phi(c) / whole_phi(c))
     assert len(ratios) == 4 and min(ratios) > 1
-    assert "their fp32 round alone took %s longer on 2^16 there" % span(ratios, "%.1fx").replace("x-", "-") in usage
+    assert "an fp32 round alone took %s longer on 2^16 there" % span(ratios, "%.1fx").replace("x-", "-") in usage
 
 
 def overlap_jobs(raw, head):

@@ -96,6 +96,26 @@ def test_gluon_trainer_with_our_store_equals_cdsgd_mx_trainer(tmp_path, algorith
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("door,worker", [("module", "module_worker.py"), ("gluon", "gluon_worker.py")])
+def test_each_door_trains_in_parts_the_weights_of_whole_buckets(tmp_path, door, worker):
+    """CD-SGD's fp32 rounds in parts of 32 values (buckets.partition: the 12 x 16 layer's 192
+    values cut in 6) through Module's and gluon's Trainer's one-parameter calls: the same
+    weights, bit for bit, as the same door on whole buckets (CDSGD_PART_SIZE=0)."""
+    runs = {}
+    for part in ("32", "0"):
+        env = {"CDSGD_OPTIONS": "k=3,warmup_steps=2", "CDSGD_PART_SIZE": part}
+        proc, runs[part] = job(tmp_path, door + part, "--door", door, "--store", "dist_sync_cdsgd", env=env,
+                               worker=ROOT / "tests" / "workers" / worker)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for r in range(2):
+        assert runs["32"][r]["parts"] >= 8 and runs["0"][r]["parts"] == 0
+        assert runs["32"][r]["record"] == runs["0"][r]["record"]
+        for name, values in runs["0"][r]["params"].items():
+            np.testing.assert_array_equal(np.array(runs["32"][r]["params"][name], np.float32),
+                                          np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
+
+
+@pytest.mark.slow
 def test_module_saves_and_loads_the_stores_states_and_resumes_bit_for_bit(tmp_path):
     """fit.py-style resume: epoch 1, Module.save_optimizer_states on every worker, then a new job
     that loads them and fits epoch 2 ends with the weights of 2 epochs in one go (CD-SGD, with

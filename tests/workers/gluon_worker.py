@@ -55,5 +55,6 @@ for step in range(args.steps):
 kv.wait_all() if hasattr(kv, "wait_all") else None
 params = {name: p.data().asnumpy().ravel().tolist() for name, p in net.collect_params().items()}
 with open(os.path.join(args.out, "rank%d.json" % rank), "w") as f:
-    json.dump({"record": record, "params": params}, f)
+    json.dump({"record": record, "params": params,
+               "parts": sum(len(b.parts) for bset in getattr(kv, "bucket_sets", ()) for b in bset.buckets)}, f)
 print("worker %d done" % rank, flush=True)

@@ -87,6 +87,7 @@ else:
 args_, _ = mod.get_params()
 with open(os.path.join(args.out, "rank%d.json" % rank), "w") as f:
     json.dump({"record": record, "params": {k: v.asnumpy().ravel().tolist() for k, v in args_.items()},
-               "type": kv.type, "sets": len(getattr(kv, "bucket_sets", ()))}, f)
+               "type": kv.type, "sets": len(getattr(kv, "bucket_sets", ())),
+               "parts": sum(len(b.parts) for bset in getattr(kv, "bucket_sets", ()) for b in bset.buckets)}, f)
 print("worker %d done: %d batches" % (rank, len(record)), flush=True)
 sys.stdout.flush()
