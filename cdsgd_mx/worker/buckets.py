@@ -72,9 +72,10 @@ FP32_BUCKET_SIZE = 1 << 16
 # Values per part: the fp32 rounds (warm-up, corrections) of the compressing algorithms go
 # part by part, each part its own weight key on its bucket's server, so that they keep both
 # directions of a NIC busy as S-SGD's 2^16 buckets do, while their 2-bit rounds keep 2^20
-# buckets (the codes' CPU is per bucket). Measured: CD-SGD on Inception-BN at 8 workers + 2
-# servers, 1 Gbit/s NICs: its fp32 round 457 ms on 2^20 buckets, 307 on 2^16 (docs/performance.md,
-# "Parts").
+# buckets (the codes' CPU is per bucket). Measured (docs/performance.md, "Parts"): CD-SGD on
+# Inception-BN at 8 workers + 2 servers, 1 Gbit/s NICs: its fp32 round 313-327 ms in parts of
+# 2^16, 449-454 on whole 2^20 buckets; 2^17 as good, 2^18 worse. On fast links, where the CPU is
+# the limit, whole buckets are faster (CDSGD_PART_SIZE=0: worker/config.py).
 PART_SIZE = FP32_BUCKET_SIZE
 
 
