@@ -866,7 +866,7 @@ def test_cd_sgds_smaller_buckets_are_their_raw_file():
         "2^20: %.1f): its fp32 round alone fell from %.0f to %.0f ms, but its 2-bit round, four steps in five, rose " \
         "from %.0f to %.0f ms. On 2^16, %.1f ms." % (mid[3], big[3], big[2], big[0], mid[0], big[1], mid[1], small[3]) \
         in page
-    assert big[2] < min(big[3], mid[3], small[3])  # "not that partition": none of them catches BIT-SGD on 2^20
+    assert big[2] < min(big[3], mid[3], small[3])  # "do not do it": none of them catches BIT-SGD on 2^20
     assert mid[0] < big[0] and mid[1] > big[1]
 
 

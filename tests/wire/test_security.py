@@ -334,7 +334,9 @@ def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(forei
     'weights-both-ways': a tracked correction (2-bit pulls) dropped and sent again, sealed as
     tracked, and V moved by its codes once; 'part': with parts (buckets.partition), a dense push
     to the bucket's first part key, met by the next correction: that part is sent again, its W
-    copied into the bucket's comm_buf once more."""
+    copied into the bucket's comm_buf once more.
+    Slow: the module's fixture runs every case's paused job side by side (10 jobs of 3 nodes,
+    60-100 s on 2 cores), paid by whichever case runs first."""
     job, out, tmp_path = foreign_push_jobs[(algorithm, target)]
     assert job.returncode == 0, out[-4000:]
     # the server names what it dropped: a round without a worker's proof, or (the outsider's row
