@@ -822,10 +822,10 @@ def overlap_jobs(raw, head):
 
 
 def test_parts_are_their_raw_files():
-    """The parts' A/B (parts and whole buckets taking turns, 3 passes) and the first version's
-    pass: the table and every figure of the bullets, from the jobs' printouts."""
+    """The parts' A/B (parts and whole buckets taking turns, 3 passes), ResNet-50's pair and the
+    first version's pass: the table and every figure of the bullets, from the jobs' printouts."""
     parts = section(SCALING, "### Parts: fp32 rounds finer than the codes")
-    (raw,) = raw_files(parts, "parts-cdsgd-*.txt")
+    (raw,) = raw_files(parts, "parts-cdsgd-ibn-*.txt")
     jobs = overlap_jobs(raw, r"pass (\d) part (\d+)")
     assert sorted(jobs) == [(p, size) for p in (1, 2, 3) for size in (0, 65536)]
     on, off = [jobs[(p, 65536)] for p in (1, 2, 3)], [jobs[(p, 0)] for p in (1, 2, 3)]
@@ -845,6 +845,13 @@ def test_parts_are_their_raw_files():
     assert "puts CD-SGD at %s of BIT-SGD's step; CD-SGD measures %s its model" % (
         span([j[2]["cdsgd"][1] / j[2]["bitsgd"][1] for j in on], "%.2f"),
         xspan([step(j, "cdsgd") / j[2]["cdsgd"][1] for j in on])) in page
+    (r50,) = raw_files(parts, "parts-cdsgd-resnet50-*.txt")
+    r50 = overlap_jobs(r50, r"part (\d+)")
+    on, off = r50[(65536,)], r50[(0,)]
+    assert "the correction alone took %.1f ms in parts against %.1f whole, CD-SGD's step %.1f against %.1f, and CD-SGD / " \
+        "BIT-SGD %.2f against %.2f" % (on[0], off[0], step(on, "cdsgd"), step(off, "cdsgd"),
+                                      step(on, "cdsgd") / step(on, "bitsgd"), step(off, "cdsgd") / step(off, "bitsgd")) in page
+    assert 0.9 < on[0] / off[0] < 1 and 0.97 < step(on, "cdsgd") / step(off, "cdsgd") < 1  # "little"
     (first,) = raw_files(parts, "parts-one-bucket-after-another-*.txt")
     tried = overlap_jobs(first, r"pass (\d) part (\d+)")
     assert sorted(tried) == [(1, 0), (1, 65536)] and "bf50d7d" in first.read_text().splitlines()[1]
