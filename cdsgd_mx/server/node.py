@@ -132,7 +132,6 @@ class ServerState:
         self.weights = {}         # weight key -> the server's stored weight (shared memory)
         self.payloads = {}        # payload key -> (weight key, n, threshold)
         self.rows = {}            # fp32 rows key -> its weight key (fp32_sum='rank')
-        self.parts = {}           # a part's weight key -> (its bucket's weight key, begin, end): buckets.partition
         self._sums = {}           # fp32 rows key -> the buffer its rows are summed into
         self.to_register = set()  # weight keys whose next update only records the weight
         self.reports = set()      # tally keys that carry checkpoint_result after the workers' rows
@@ -173,9 +172,8 @@ class ServerState:
                 self.downs[int(dk)] = (int(wk), int(n))
             for rk, wk in msg.get("rows", {}).items():
                 self.rows[int(rk)] = int(wk)
-            for part, (wk, begin, end, size) in msg.get("parts", {}).items():
-                self.parts[int(part)] = (int(wk), int(begin), int(end))
-                self.update.parts[int(part)] = (int(wk), int(begin), int(end), int(size))
+            for part, place in msg.get("parts", {}).items():  # (buckets.partition)
+                self.update.parts[int(part)] = tuple(int(v) for v in place)
             for wk, slots in msg.get("slots", {}).items():
                 self.update.register(int(wk), slots)
             self.to_register.update(int(k) for k in msg["weights"])
@@ -253,8 +251,8 @@ class ServerState:
                 wk, size = self.downs[key]
                 pieces = [(begin, end) for _, begin, end in self.update.slots[wk]]  # its parameters' pieces
                 self.copies.register(key, wk, size, pieces, self.weights[key], self.weights[wk])
-        elif key in self.parts:  # a part: its round steps its stretch of the bucket's weights, then answers with it
-            wk, begin, end = self.parts[key]
+        elif key in self.update.parts:  # a part: its round steps its stretch of the bucket's weights, then answers with it
+            wk, begin, end, _ = self.update.parts[key]
             if wk not in self.weights:
                 raise RuntimeError("part %d of weight key %d arrived before the bucket was registered" % (key, wk))
             stretch = self.weights[wk][begin:end]

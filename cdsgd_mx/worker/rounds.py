@@ -163,7 +163,9 @@ class RoundRunner:
             for i in range(len(bset.buckets)):
                 bset.copy.collect(i, rounds[i])
         after = self._tracked(bset, t + 1)  # (sealed as what the next round is)
-        return lambda: [self.backend.seal_next(u, after) for b in bset.buckets for u in [b] + b.parts]
+        # (a part's proof is sealed again only after its own round: a 2-bit round leaves it as it was)
+        return lambda: [self.backend.seal_next(u, after) for b in bset.buckets
+                        for u in [b] + (b.parts if not compressed else [])]
 
     def _check_applied(self, bset, u, i, t, compressed, pull_down, tracked, rounds):
         """u's round (bucket i's, or one of its parts') was applied, else it is sent again until it is."""
