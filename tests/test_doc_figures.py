@@ -368,12 +368,12 @@ def ssgd_phi(cell):
     return next(j for j in cell["jobs"] if "ssgd" in j["algorithms"])["phi_ms"]
 
 
-def scaling_cells(link, model="inception_bn", heading=None):
-    """The cells of the scaling subsection for a model and link (or under `heading`), from the
-    raw JSON it links to (under `heading`, the JSON files), with cores busy as bench.scaling
-    computes it today (per job)."""
+def scaling_cells(link, model="inception_bn", heading=None, page=None):
+    """The cells of the scaling subsection for a model and link (or under `heading`; of `page`,
+    else the scaling section), from the raw JSON it links to (under `heading`, the JSON files),
+    with cores busy as bench.scaling computes it today (per job)."""
     from cdsgd_mx.bench import scaling
-    text = section(SCALING, heading or "### %s on %s NICs" % ({"resnet50": "ResNet-50"}.get(model) or MODEL[model],
+    text = section(page or SCALING, heading or "### %s on %s NICs" % ({"resnet50": "ResNet-50"}.get(model) or MODEL[model],
                                                               LINK[link]))
     paths = sorted(set(p.with_suffix(".json") for p in raw_files(text, "scaling-*.txt")))
     assert len(paths) == 1 or heading, paths  # (a subsection of its own may gather runs cell by cell)
@@ -391,9 +391,7 @@ def test_the_scaling_tables_are_their_raw_files():
     tables = [scaling_cells(link, model, heading) for link, model, heading in (
         ("1gbit", "inception_bn", None), ("10gbit", "inception_bn", None), ("1gbit", "resnet50", None),
         ("10gbit", "resnet50", None), ("1gbit", "resnet50", R50_AT_16))]
-    before = section(HISTORY, "## The scaling table before parts")  # (moved there, with their raw files)
-    tables += [(section(before, "### Inception-BN on %s NICs at `5e610bf`" % LINK[link]), history_cells(link))
-               for link in ("1gbit", "10gbit")]
+    tables += [history_cells(link) for link in ("1gbit", "10gbit")]  # (moved there)
     for text, cells in tables:
         table = {}
         for r in rows(text):
@@ -421,7 +419,7 @@ def test_the_scaling_table_in_parts_against_whole_buckets():
         "and CD-SGD both ways %.0f%%;" % tuple(100 * bound[n] for n in named) in page
     text, fast = scaling_cells("10gbit")
     page = " ".join(text.split())
-    before = history_cells("10gbit")
+    _, before = history_cells("10gbit")
     step = [c["iter_ms"]["cdsgd"] for c in fast]
     old = [c["iter_ms"]["cdsgd"] for c in before]
     said = "S-SGD's 2^16-value buckets (phi %.0f and %.0f ms) and CD-SGD's corrections in parts (%.0f and %.0f) both " \
@@ -464,7 +462,7 @@ def test_the_scaling_answers_are_their_raw_files():
     assert "At 10 Gbit/s CD-SGD takes %s of stock fp32's and %s of MXNet's 2-bit" % (
         span(t(fast, "cdsgd", "stock_fp32"), "%.2f"), span(t(fast, "cdsgd", "stock_2bit"), "%.2f")) in page
     vs_bit = t(slow, "cdsgd", "bitsgd")
-    before_1, before_10 = history_cells("1gbit"), history_cells("10gbit")
+    (_, before_1), (_, before_10) = history_cells("1gbit"), history_cells("10gbit")
     pct = lambda r: "%.0f%%" % (100 * abs(1 - r))
     assert "CD-SGD against BIT-SGD at 1 Gbit/s: %s of its step, faster at 2 and 4 workers (%s and %s), %s slower at " \
         "8 + 2 and %s at 16 + 4; on whole buckets, at `5e610bf`, %s." % (
@@ -580,15 +578,10 @@ def test_the_scaling_answers_are_their_raw_files():
 
 
 def history_cells(link):
-    """The Inception-BN scaling cells before parts (performance-history.md), from their JSON."""
-    from cdsgd_mx.bench import scaling
-    text = section(section(HISTORY, "## The scaling table before parts"), "### Inception-BN on %s NICs at `5e610bf`"
-                   % LINK[link])
-    (path,) = set(p.with_suffix(".json") for p in raw_files(text, "scaling-*.txt"))
-    cells = sorted(json.loads(path.read_text())["cells"], key=lambda c: c["workers"])
-    for c in cells:
-        c["cpu_busy"] = scaling.cpu_busy(c)
-    return cells
+    """The Inception-BN scaling table before parts (performance-history.md): its text, and its
+    cells from their JSON (scaling_cells)."""
+    return scaling_cells(link, heading="### Inception-BN on %s NICs at `5e610bf`" % LINK[link],
+                         page=section(HISTORY, "## The scaling table before parts"))
 
 
 def test_both_ways_ratios_on_the_shared_link_are_the_checks():
