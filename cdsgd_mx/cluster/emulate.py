@@ -419,6 +419,15 @@ def fault(action, host_name, role=None):
     if action in ("freeze", "thaw"):
         for pid in pids:
             _signal(pid, signal.SIGSTOP if action == "freeze" else signal.SIGCONT)
+        if action == "thaw":  # none of the host's processes may stay stopped, whatever raced the first pass
+            deadline = time.time() + 2.0
+            while time.time() < deadline:
+                still = [p for p in pids_in(host["netns"]) if process_state(p) in ("T", "t")]
+                if not still:
+                    break
+                for pid in still:
+                    _signal(pid, signal.SIGCONT)
+                time.sleep(0.05)
         return "%s: %s %d processes" % (host["name"], "froze" if action == "freeze" else "thawed", len(pids))
     if action == "kill":
         if role not in ("worker", "server", "scheduler"):

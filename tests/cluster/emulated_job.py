@@ -17,6 +17,14 @@ import time
 from cdsgd_mx.cluster import emulate
 
 
+def _parent(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rpartition(")")[2].split()[1]
+    except (OSError, IndexError):
+        return None
+
+
 def leftovers(state):
     """cmdlines of the processes still on the hosts (not their namespace holder or sshd's
     listener) or here (not this script or the emulator)."""
@@ -27,7 +35,8 @@ def leftovers(state):
             cmd = emulate._cmdline(pid)
             if pid in mine or cmd.startswith("sleep infinity") or ("sshd" in cmd and " -D " in cmd):
                 continue
-            found.append("%s: %s" % (ns, cmd[:160]))
+            # the state letter and parent tell a stopped process from one that missed its stop
+            found.append("%s: %s (state %s, parent %s)" % (ns, cmd[:160], emulate.process_state(pid), _parent(pid)))
     return found
 
 
