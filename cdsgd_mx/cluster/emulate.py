@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 
-from cdsgd_mx.cluster.processes import process_state
+from cdsgd_mx.cluster.processes import process_state, stopped_here
 from cdsgd_mx.cluster.shaping import RATE_RE, link_qdisc, netem_unavailable
 
 SUBNET = "10.213.0."      # the cluster network: the login node at .1, host i at .(11 + i)
@@ -422,7 +422,7 @@ def fault(action, host_name, role=None):
         if action == "thaw":  # none of the host's processes may stay stopped, whatever raced the first pass
             deadline = time.time() + 2.0
             while time.time() < deadline:
-                still = [p for p in pids_in(host["netns"]) if process_state(p) in ("T", "t")]
+                still = [p for p in pids_in(host["netns"]) if stopped_here(p)]
                 if not still:
                     break
                 for pid in still:
