@@ -125,7 +125,8 @@ class ServerState:
         self.copies = ServerCopies()  # 2-bit pulls: V per bucket and its down payload (pull_compression.py)
         self.stages = Stages.from_env()  # where compressed rounds go (CDSGD_SERVER_STATS: bench.comm)
         self.copies.stages = self.stages
-        self.downs = {}           # down key -> (weight key, n): registered with 2-bit pulls
+        self.downs = {}           # down key -> (weight key, n, its pieces): registered with 2-bit pulls
+        self.parts_in = {}        # 2-bit pulls: weight key -> its parts applied in this fp32 round (_part_done)
         self.tracked_next = set()  # in process (no proofs): weight keys whose next fp32 round is tracked
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
@@ -168,8 +169,8 @@ class ServerState:
         elif msg["op"] == "register":
             for pk, (wk, n, threshold) in msg["payloads"].items():
                 self.payloads[int(pk)] = (int(wk), int(n), float(threshold))
-            for dk, (wk, n) in msg.get("downs", {}).items():
-                self.downs[int(dk)] = (int(wk), int(n))
+            for dk, (wk, n, pieces) in msg.get("downs", {}).items():
+                self.downs[int(dk)] = (int(wk), int(n), [(int(b), int(e)) for b, e in pieces])
             for rk, wk in msg.get("rows", {}).items():
                 self.rows[int(rk)] = int(wk)
             for part, place in msg.get("parts", {}).items():  # (buckets.partition)
@@ -230,7 +231,8 @@ class ServerState:
         if self.region:
             announced = key in self.update.slots or key in self.tallies or key in self.to_assign or \
                 key in self.to_register
-            kind = self.proofs.proven(key, grad, n, announced, (FP32, FP32_TRACKED) if key in self.copies else (FP32,))
+            kinds = (FP32, FP32_TRACKED) if self.copies_of(key) in self.copies else (FP32,)
+            kind = self.proofs.proven(key, grad, n, announced, kinds)
             if not kind:
                 return  # dropped: weights and counts unchanged, so the workers send it again (backends.applied)
             tracked = kind == FP32_TRACKED
@@ -248,8 +250,7 @@ class ServerState:
             self.to_register.discard(key)
             self.weights[key] = whole if self.region else weight  # registration round: record only
             if key in self.downs:  # a down key: V starts as its bucket's weights
-                wk, size = self.downs[key]
-                pieces = [(begin, end) for _, begin, end in self.update.slots[wk]]  # its parameters' pieces
+                wk, size, pieces = self.downs[key]
                 self.copies.register(key, wk, size, pieces, self.weights[key], self.weights[wk])
         elif key in self.update.parts:  # a part: its round steps its stretch of the bucket's weights, then answers with it
             wk, begin, end, _ = self.update.parts[key]
@@ -258,6 +259,8 @@ class ServerState:
             stretch = self.weights[wk][begin:end]
             self.update.apply_sum(key, stretch, grad)
             weight[:] = stretch
+            if wk in self.copies:
+                self._part_done(key, wk, tracked)
         else:
             self.update.apply_sum(key, weight, grad)
             if key in self.copies and tracked:  # V += the codes of W - V, which every worker encodes from W
@@ -268,6 +271,27 @@ class ServerState:
         if self.region:
             self.proofs.count_round(key, whole, n, self.copies.count_place(key))
             self._log_copy(key)
+
+    def copies_of(self, key):
+        """The weight key whose V (2-bit pulls) an fp32 round of `key` moves: its bucket's for a part."""
+        return self.update.parts[key][0] if key in self.update.parts else key
+
+    def _part_done(self, key, wk, tracked):
+        """With 2-bit pulls, V follows W once the round's last part of bucket wk is in, as after a
+        whole bucket's fp32 round: V += the codes of W - V (tracked: the workers encode them from
+        the W they pulled, part by part), or V := W. A worker pushes the bucket's next codes only
+        after every part's W is back, so no 2-bit round can come in between."""
+        done = self.parts_in.setdefault(wk, set())
+        done.add(key)
+        if len(done) < sum(1 for place in self.update.parts.values() if place[0] == wk):
+            return
+        del self.parts_in[wk]
+        if tracked:
+            self.copies.after_update(wk, self.weights[wk], PULL_2BIT, tracked=True)
+        else:
+            self.copies.resync(wk, self.weights[wk])
+        if self.region:
+            self._log_copy(wk)
 
     def handshake_answer(self, key, rows):
         """rows: [N, TAG_FLOATS], worker r's tag in row r (the others pushed zeros there).

@@ -66,8 +66,18 @@ def down_size(n, pieces):
 
 
 def pieces_of(bucket):
-    """[(begin, end)] of the bucket's parameters' pieces, within the bucket."""
-    return [(s.offset - bucket.offset, s.offset - bucket.offset + s.size) for s in bucket.slots]
+    """[(begin, end)] of the bucket's parameters' pieces, within the bucket. A slot that parts
+    cut (buckets.partition: pieces of one parameter, back to back) joins the slot before it, so
+    that a pull's step follows the parameter's change whether or not its fp32 rounds go in parts."""
+    pieces, last = [], None
+    for s in bucket.slots:
+        begin, end = s.offset - bucket.offset, s.offset - bucket.offset + s.size
+        if pieces and last.key == s.key and last.end == s.begin and pieces[-1][1] == begin:
+            pieces[-1] = (pieces[-1][0], end)
+        else:
+            pieces.append((begin, end))
+        last = s
+    return pieces
 
 
 def relative_error(norms):

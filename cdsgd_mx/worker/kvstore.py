@@ -42,7 +42,7 @@ from cdsgd_mx.worker.config import (DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, Conf
 from cdsgd_mx.worker.fusion import CallFusion
 from cdsgd_mx.worker.gluon_rules import GluonRules
 from cdsgd_mx.worker.local_update import LocalUpdate
-from cdsgd_mx.wire.pull_compression import down_size, relative_error
+from cdsgd_mx.wire.pull_compression import down_size, pieces_of, relative_error
 from cdsgd_mx.worker.rounds import RoundRunner
 from cdsgd_mx.worker.schedule import COMPRESSING, DELAYED, Schedule
 from cdsgd_mx.worker.step import StepEngine
@@ -131,9 +131,8 @@ class CDSGD(KVStoreBase):
         # fp32 rounds through rows keys, summed in rank order (in process one worker's sum has one order)
         self._fp32_rows = fp32_sum == "rank" and isinstance(self._backend, DistBackend)
         # the fp32 rounds of the compressing algorithms go part by part (buckets.partition); not
-        # yet with 2-bit pulls or fp32 rows keys, whose rounds stay whole buckets
-        self.part_size = part_size() if algorithm in COMPRESSING and pull_compression == "none" and \
-            not self._fp32_rows else None
+        # yet with fp32 rows keys, whose rounds stay whole buckets
+        self.part_size = part_size() if algorithm in COMPRESSING and not self._fp32_rows else None
         self._nonfinite = guards.NonfinitePolicy(nonfinite, self._backend, self._names)
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._optimizer = None
@@ -286,7 +285,7 @@ class CDSGD(KVStoreBase):
         if self.algorithm in COMPRESSING:
             self._backend.init_payloads(plan, pull)
         if pull:
-            self._backend.init([b.down_key for b in plan], [mx.nd.zeros((down_size(b.size, len(b.slots)),)) for b in plan])
+            self._backend.init([b.down_key for b in plan], [mx.nd.zeros((down_size(b.size, len(pieces_of(b))),)) for b in plan])
         for b in plan:
             self._backend.pull(b.weight_key, b.comm_wire)
         bset.scatter("comm")  # W(0) stays in comm_buf: a delayed first step starts from it

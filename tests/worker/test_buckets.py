@@ -139,17 +139,22 @@ def test_the_bucket_size_does_not_change_the_result(alg):
 
 
 @pytest.mark.parametrize("alg", ["bitsgd", "cdsgd"])
-@pytest.mark.parametrize("name,kw", [("sgd", {"learning_rate": 0.3, "momentum": 0.5, "wd": 0.01}),
-                                     ("adam", {"learning_rate": 0.1})])
-def test_parts_do_not_change_the_result(monkeypatch, alg, name, kw):
+@pytest.mark.parametrize("name,kw,pull", [("sgd", {"learning_rate": 0.3, "momentum": 0.5, "wd": 0.01}, "none"),
+                                          ("adam", {"learning_rate": 0.1}, "none"),
+                                          ("sgd", {"learning_rate": 0.3, "momentum": 0.5, "wd": 0.01}, "2bit")])
+def test_parts_do_not_change_the_result(monkeypatch, alg, name, kw, pull):
     """The fp32 rounds part by part (CDSGD_PART_SIZE=8: the 40-value parameter cut in 5) and
     the 2-bit rounds of whole buckets move the same weights and optimizer states, bit for bit,
-    as whole-bucket rounds (CDSGD_PART_SIZE=0), in process."""
+    as whole-bucket rounds (CDSGD_PART_SIZE=0), in process. With 2-bit pulls also the same V:
+    the cut parameter keeps one pull step (pull_compression.pieces_of), and V follows W once a
+    bucket's last part is in: the warm-up's V := W (bitsgd never re-syncs after it: resync_every=0)
+    and cdsgd's correction at step 5, which tracks."""
     results = []
     for part in ("0", "8"):
         monkeypatch.setenv("CDSGD_PART_SIZE", part)
         params, plist = _params(SHAPES)
-        tr = cdsgd_mx.Trainer(params, name, kw, kvstore="local", algorithm=alg, warmup_steps=2, k=3, threshold=0.25)
+        tr = cdsgd_mx.Trainer(params, name, kw, kvstore="local", algorithm=alg, warmup_steps=2, k=3, threshold=0.25,
+                              pull_compression=pull, resync_every=0)
         for t in range(7):
             for i, p in enumerate(plist):
                 x = p.data().asnumpy()
@@ -160,7 +165,11 @@ def test_parts_do_not_change_the_result(monkeypatch, alg, name, kw):
         parts = [p for b in tr.kvstore.bucket_sets[0].buckets for p in b.parts]
         assert (len(parts) > 5) == (part == "8")
         results.append([p.data().asnumpy() for p in plist] +
-                       [tr.kvstore.global_weights(i).asnumpy() for i in range(len(plist))])
+                       [tr.kvstore.global_weights(i).asnumpy() for i in range(len(plist))] +
+                       ([tr.kvstore.bucket_sets[0].copy.values()] if pull == "2bit" else []))
+        if pull == "2bit":  # the pull's steps: one per parameter's piece of a bucket, parts or not
+            bset = tr.kvstore.bucket_sets[0]
+            assert [len(pieces) for pieces in bset.copy._pieces] == [len({s.key for s in b.slots}) for b in bset.buckets]
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
     assert not np.allclose(results[1][len(SHAPES) + 2], 0.3)  # it trained

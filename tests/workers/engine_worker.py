@@ -202,7 +202,8 @@ def main():
     xs = [p.data().asnumpy() for p in plist]
     # (where the workers update, the servers hold the last summed gradient, not weights)
     ws = xs if cfg.get("clip") else [kv.global_weights(i).asnumpy() for i in range(len(plist))]
-    extra = dict(device_weights(plist, contexts), device_path=np.array(all(s.device is not None for s in kv.bucket_sets)))
+    extra = dict(device_weights(plist, contexts), device_path=np.array(all(s.device is not None for s in kv.bucket_sets)),
+                 parts=np.array(sum(len(b.parts) for s in kv.bucket_sets for b in s.buckets)))  # (buckets.partition)
     if copies:  # V: every step's, and the last one whole
         extra.update(copies=np.array(copies, np.int64), v=np.concatenate([s.copy.values() for s in kv.bucket_sets]))
     save(args.out, kv.rank, xs, ws, kv.bytes_by_step,

@@ -4,12 +4,14 @@ dropped(rank, what, attempt)."""
 import abc
 import sys
 
+from cdsgd_mx.wire.pull_compression import pieces_of
+
 
 def registration(buckets, threshold, compressing, aggregate=False):
     """The servers' register command: each bucket's parameters (slots: state id, range in the
     weight key, lr_mult, wd_mult), its parts (buckets.partition: each part's weight key, its
     stretch of the bucket's and its own slots), when compressing its payload key, with 2-bit pulls its down
-    key (pull_compression.py), with fp32_sum='rank' its rows key, and with aggregate the weight
+    key and its parameters' pieces (pull_compression.py), with fp32_sum='rank' its rows key, and with aggregate the weight
     keys that from now on hold the workers' summed gradient (the workers update). Listed in
     "weights": the keys whose next round only registers them (weight keys first: a down key's V
     starts as its weights)."""
@@ -18,7 +20,7 @@ def registration(buckets, threshold, compressing, aggregate=False):
     parts = [(b, p) for b in buckets for p in b.parts]
     return {"op": "register", "weights": ([b.weight_key for b in buckets] if compressing or rows else []) +
                                          [b.down_key for b in downs],
-            "downs": {str(b.down_key): [b.weight_key, b.size] for b in downs},
+            "downs": {str(b.down_key): [b.weight_key, b.size, pieces_of(b)] for b in downs},
             "rows": {str(b.rows_key): b.weight_key for b in rows},
             "parts": {str(p.weight_key): [b.weight_key, p.offset - b.offset, p.offset - b.offset + p.size, b.size]
                       for b, p in parts},

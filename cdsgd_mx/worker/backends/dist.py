@@ -14,7 +14,7 @@ from mxnet.base import _LIB, check_call
 from cdsgd_mx.wire import auth, optimizer_spec, proofs, protocol
 from cdsgd_mx.worker import engine_ops
 from cdsgd_mx.cluster import heartbeat
-from cdsgd_mx.wire.pull_compression import down_size
+from cdsgd_mx.wire.pull_compression import down_size, pieces_of
 from cdsgd_mx.server.node import COMMAND_PREFIX, START_MESSAGE
 from cdsgd_mx.worker.backends.base import MAX_RESENDS, Backend, dropped, registration
 
@@ -216,7 +216,7 @@ class DistBackend(Backend):
             self.round_trip(b.weight_key, np.zeros(b.size, np.float32))
         for b in buckets:
             if b.down_key is not None:
-                self.round_trip(b.down_key, np.zeros(down_size(b.size, len(b.slots)), np.float32))
+                self.round_trip(b.down_key, np.zeros(down_size(b.size, len(pieces_of(b))), np.float32))
         self.kv._barrier()
 
     def barrier(self):
