@@ -130,9 +130,8 @@ class CDSGD(KVStoreBase):
             guards.check_servers(self._backend)  # the handshake ran in the backend, before any command
         # fp32 rounds through rows keys, summed in rank order (in process one worker's sum has one order)
         self._fp32_rows = fp32_sum == "rank" and isinstance(self._backend, DistBackend)
-        # the fp32 rounds of the compressing algorithms go part by part (buckets.partition); not
-        # yet with fp32 rows keys, whose rounds stay whole buckets
-        self.part_size = part_size() if algorithm in COMPRESSING and not self._fp32_rows else None
+        # the fp32 rounds of the compressing algorithms go part by part (buckets.partition)
+        self.part_size = part_size() if algorithm in COMPRESSING else None
         self._nonfinite = guards.NonfinitePolicy(nonfinite, self._backend, self._names)
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._optimizer = None
@@ -437,7 +436,8 @@ class CDSGD(KVStoreBase):
                 self.rules.set_multipliers(bset, self.engine.steps)
         new = [b for bset in self._sets[self._registered:] for b in bset.buckets]
         for b in new if self._fp32_rows else ():  # after the agreement check: every worker takes the same keys
-            b.rows_key = self._keys.on(b.server)
+            for u in b.parts or [b]:  # (a bucket with parts pushes its fp32 rounds only part by part)
+                u.rows_key = self._keys.on(b.server)
         if new:
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)
         self._registered = len(self._sets)

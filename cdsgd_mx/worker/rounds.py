@@ -84,7 +84,9 @@ class RoundRunner:
                     bset.fp32_to_comm(p)
             for i, u in self.fp32_units(bset):
                 pushed += self._push_fp32(bset, u, i, t, window, tracked, keep)
-                self._pull(bset, t, i, self._rows_key(u), start)  # (a rows push: its pull right behind it)
+                self._pull(bset, t, i, u, self._rows_key(u), start)  # (a rows push: its pull right behind it)
+                if u.whole is not None:  # a part's W, once in, into its bucket's comm_buf
+                    bset.part_to_comm(u)
         for i, b in enumerate(bset.buckets if compressed else ()):  # a 2-bit round: each bucket's codes
             with self.tracer.span("quantize", bucket=i, step=t):
                 codes, bad = bset.compressor.compress(i, bset.gradient(b, from_grad=not self.schedule.delayed(t)))
@@ -98,7 +100,7 @@ class RoundRunner:
                 self.backend.seal(b)
                 self.backend.push_payload(b.payload_key)
             pushed += self.payload_bytes(b, bset)
-            self._pull(bset, t, i, b.payload_key, start, down=pull_down)  # right behind its push
+            self._pull(bset, t, i, b, b.payload_key, start, down=pull_down)  # right behind its push
         if keep_residual is not None:
             keep_residual()
         self.bytes_pushed += pushed
@@ -133,8 +135,6 @@ class RoundRunner:
                 if earlier:  # MXNet's engine holds the push back, not this thread (see _follow)
                     self._follow(earlier, u, i, t)
                 self.backend.pushpull(u.weight_key, u.comm_wire)
-                if u.whole is not None:
-                    bset.part_to_comm(u)
             else:  # this worker's row: the server sums the rows in rank order
                 self._wait_for(earlier, i, t)  # (push_row copies comm_wire synchronously)
                 self.backend.push_row(u.rows_key)
@@ -232,17 +232,17 @@ class RoundRunner:
         pull_flag = 1 if bset.copy is not None else 0  # 2-bit pulls: the round's pull flag
         return 4 * (b.words + pull_flag + (auth.TAG_FLOATS if self.backend.region else 0)) + 8  # + the row index
 
-    def _pull(self, bset, t, i, acked, start, down=False):
-        """Issue the pull of bucket i's W(t+1) into comm_buf (or with down, of the codes of
-        W(t+1) - V into down_buf) right behind its push, without waiting, so that the pulls of
-        the first buckets are on the wire while the later ones are still quantized and pushed.
+    def _pull(self, bset, t, i, b, acked, start, down=False):
+        """Issue the pull of b's W(t+1) (bucket i's, or one of its parts') into its comm_wire
+        (or with down, of the codes of W(t+1) - V into down_buf) right behind its push, without
+        waiting, so that the pulls of the first buckets are on the wire while the later ones are
+        still quantized and pushed.
         An fp32 round to the weight key pulls nothing more (acked is None): its pushpull brings
         W back. A pull of the weight key is not ordered after a push to another key (acked: the
         bucket's payload key or rows key): request the acknowledgement, and have MXNet's engine
         issue the pull once it is in."""
         if acked is None:
             return
-        b = bset.buckets[i]
         self.backend.request_acks([acked])
         self.backend.trace_ack(self.tracer, acked, start, step=t)  # traced: when the server had applied the push
         self.backend.pull_after_acks([(acked, b.down_key, b.down_wire) if down else (acked, b.weight_key, b.comm_wire)])

@@ -212,19 +212,23 @@ def test_allreduce_clip_update_on_the_workers_matches_the_simulation(tmp_path, a
     assert not np.allclose(simulate(alg, **sim)[1][2], W[2], atol=1e-4)
 
 
-@pytest.mark.parametrize("alg", ["ssgd", "cdsgd"])
-@pytest.mark.parametrize("servers", [1, 2])
-def test_rank_order_sums_give_the_simulations_weights_bit_for_bit(tmp_path, alg, servers):
+@pytest.mark.parametrize("alg,servers,parts", [("ssgd", 1, False), ("ssgd", 2, False), ("cdsgd", 1, False),
+                                               ("cdsgd", 2, False), ("cdsgd", 2, True)])
+def test_rank_order_sums_give_the_simulations_weights_bit_for_bit(tmp_path, alg, servers, parts):
     """fp32_sum='rank' (issue 41): 3 workers push gradients off the 1/64 grid, whose fp32 sum
     depends on its order in the last bits; the servers add the workers' rows in rank order, as
     the simulation does, so every worker ends with the simulation's W and x bit for bit (cdsgd:
     two warm-up rounds and a correction every k steps in fp32, the other steps 2-bit codes;
-    with 2 servers the (700,) parameter is cut across both)."""
+    with 2 servers the (700,) parameter is cut across both). parts: CDSGD_PART_SIZE=64, the
+    fp32 rounds as rows of each part's own rows key."""
     init = [init_value(i, s) for i, s in enumerate(SHAPES)]
     g = [offgrid_grad(init[2], r, 0, 2) for r in range(3)]
     assert ((g[0] + g[1]) + g[2] != (g[2] + g[1]) + g[0]).any()  # the order shows: the test can fail
-    got = launch(tmp_path, 3, servers, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP),
-                 "--k", str(K), "--threshold", str(T), "--config", json.dumps(dict(CFG, fp32_sum="rank", offgrid=True)))
+    cfg = json.dumps(dict(CFG, fp32_sum="rank", offgrid=True))
+    got = finish(start(tmp_path, 3, servers, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP),
+                       "--k", str(K), "--threshold", str(T), "--config", cfg,
+                       env={"CDSGD_PART_SIZE": "64"} if parts else None))
+    assert all(bool(g["parts"]) == parts for g in got)
     xs, W = simulate(alg, 3, STEPS, WARMUP, K, T, init, offgrid_grad, CFG["lr"], CFG["momentum"], CFG["local_lr"],
                      CFG["batch"])
     for r in range(3):

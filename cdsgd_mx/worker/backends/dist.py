@@ -171,8 +171,8 @@ class DistBackend(Backend):
         self.kv.init(keys, values)
 
     def init_rows(self, buckets):
-        """The buckets' fp32 rows keys (fp32_sum='rank') and the arrays every fp32 round reuses:
-        as init_payloads, a row of comm_wire (data, then the proof region) per worker."""
+        """The fp32 rows keys (fp32_sum='rank') of buckets (or their parts) and the arrays every
+        fp32 round reuses: as init_payloads, a row of comm_wire (data, then the proof region) per worker."""
         n, keys, values = self.num_workers, [], []
         for b in buckets:
             width = b.size + self.region
@@ -202,18 +202,21 @@ class DistBackend(Backend):
         payload key decodes into which weight (with fp32_sum='rank', which rows key sums into
         which weight), then run the registration round: a zero push to every weight key, which
         the server only records (a payload or rows update needs it)."""
-        rows = [b for b in buckets if b.rows_key is not None]
+        rows = [u for b in buckets for u in [b] + b.parts if u.rows_key is not None]
         if rows:
             self.init_rows(rows)
         self.command(registration(buckets, threshold, compressing, aggregate))
         for b in buckets:
-            self.wires[b.weight_key] = b.comm_wire
+            for u in [b] + b.parts:
+                self.wires[u.weight_key] = u.comm_wire
             if b.down_key is not None:  # every pull of it lands in down_wire (see round_trip)
                 self.wires[b.down_key] = b.down_wire
         if not compressing and not rows:
             return
         for b in buckets:
             self.round_trip(b.weight_key, np.zeros(b.size, np.float32))
+        for p in [p for b in buckets for p in b.parts if p.rows_key is not None]:  # (apply_rows steps its stretch)
+            self.round_trip(p.weight_key, np.zeros(p.size, np.float32))
         for b in buckets:
             if b.down_key is not None:
                 self.round_trip(b.down_key, np.zeros(down_size(b.size, len(pieces_of(b))), np.float32))
