@@ -33,8 +33,8 @@ than what the algorithms differ by at fast links; in one job every algorithm run
 same processes. One job per bucket size and pull: each algorithm runs on the buckets it gets
 by default (S-SGD and OD-SGD 2^16 values, the compressing ones 2^20: worker/buckets.py), and
 the both-ways algorithms (2-bit pulls) in a job of their own, since a store has one pull
-setting (and its fp32 rounds alone are its own); so there are up to three jobs, each with its own rounds alone, and each algorithm's model is calibrated by its
-own job's; --bucket-size N runs them in one job per pull on buckets of N values.
+setting; so there are up to three jobs, each with its own rounds alone, and each algorithm's
+model is calibrated by its own job's; --bucket-size N runs them in one job per pull on buckets of N values.
 Each cycle measures tau, then fp32 and 2-bit rounds alone taking turns, then each algorithm
 for a block of 1 + 2k steps (the order rotated every cycle); --iterations is then the timed
 steps per algorithm, rounded up to whole cycles of 2k; iter_ms is the median over cycles of

@@ -127,6 +127,7 @@ class ServerState:
         self.copies.stages = self.stages
         self.downs = {}           # down key -> (weight key, n, its pieces): registered with 2-bit pulls
         self.parts_in = {}        # 2-bit pulls: weight key -> its parts applied in this fp32 round (_part_done)
+        self.parts_of = {}        # weight key -> its parts' keys (buckets.partition)
         self.tracked_next = set()  # in process (no proofs): weight keys whose next fp32 round is tracked
         self.to_assign = set()    # weight keys whose next update sets the weight to the sum
         self.tallies = set()      # keys whose every update stores the sum (per-step votes)
@@ -175,6 +176,7 @@ class ServerState:
                 self.rows[int(rk)] = int(wk)
             for part, place in msg.get("parts", {}).items():  # (buckets.partition)
                 self.update.parts[int(part)] = tuple(int(v) for v in place)
+                self.parts_of.setdefault(int(place[0]), set()).add(int(part))
             for wk, slots in msg.get("slots", {}).items():
                 self.update.register(int(wk), slots)
             self.to_register.update(int(k) for k in msg["weights"])
@@ -283,7 +285,7 @@ class ServerState:
         after every part's W is back, so no 2-bit round can come in between."""
         done = self.parts_in.setdefault(wk, set())
         done.add(key)
-        if len(done) < sum(1 for place in self.update.parts.values() if place[0] == wk):
+        if len(done) < len(self.parts_of[wk]):
             return
         del self.parts_in[wk]
         if tracked:

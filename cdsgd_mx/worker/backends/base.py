@@ -15,12 +15,12 @@ def registration(buckets, threshold, compressing, aggregate=False):
     keys that from now on hold the workers' summed gradient (the workers update). Listed in
     "weights": the keys whose next round only registers them (weight keys first: a down key's V
     starts as its weights)."""
-    downs = [b for b in buckets if b.down_key is not None]  # (a part's rows key: its stored weights registered too)
+    downs = [b for b in buckets if b.down_key is not None]
     rows = [u for b in buckets for u in [b] + b.parts if u.rows_key is not None]
     parts = [(b, p) for b in buckets for p in b.parts]
     return {"op": "register", "weights": ([b.weight_key for b in buckets] if compressing or rows else []) +
                                          [b.down_key for b in downs] +
-                                         [p.weight_key for _, p in parts if p.rows_key is not None],
+                                         [p.weight_key for _, p in parts if p.rows_key is not None],  # (apply_rows)
             "downs": {str(b.down_key): [b.weight_key, b.size, pieces_of(b)] for b in downs},
             "rows": {str(b.rows_key): b.weight_key for b in rows},
             "parts": {str(p.weight_key): [b.weight_key, p.offset - b.offset, p.offset - b.offset + p.size, b.size]
