@@ -256,14 +256,15 @@ def _simulated_weights_equal(tmp_path, algorithm, both_ways=False):
 
 FOREIGN_PUSHES = [("ssgd", "weights"), ("odsgd", "weights"), ("cdsgd", "weights"), ("bitsgd", "codes"),
                   ("cdsgd", "codes"), ("bitsgd", "codes-both-ways"), ("cdsgd", "codes-both-ways"),
-                  ("cdsgd", "weights-both-ways"), ("cdsgd", "part")]
+                  ("cdsgd", "weights-both-ways"), ("cdsgd", "part"), ("cdsgd", "part-both-ways")]
 # "-both-ways": step 4, the dropped round of "codes", pulls 2-bit codes; the dropped round of
 # cdsgd's "weights" is step 5's correction, an fp32 round that both sides track (V += codes of W - V),
 # which the workers send again sealed as tracked
 BOTH_WAYS = {"pull": "2bit", "resync_every": 3}
 # "part": cdsgd with parts of at most PART values (buckets.partition): the dense push goes to the
 # bucket's first part, met by step 5's correction, whose other parts are applied: that part alone
-# is sent again
+# is sent again; "part-both-ways": the same in a tracked correction (2-bit pulls), sent again
+# sealed as tracked, the server moving V once the bucket's last part is in
 PART = 400
 
 
@@ -290,7 +291,7 @@ def foreign_push_jobs(tmp_path_factory):
             tmp = tmp_path_factory.mktemp("%s-%s" % (algorithm, target))
             marker = "%d-%d-%s-%s" % (os.getpid(), time.time_ns(), algorithm, target)
             launch = STOP_LAUNCH if target == "mxnet-stop" else ("--env", "CDSGD_PART_SIZE=%d" % PART) \
-                if target == "part" else ()
+                if target.startswith("part") else ()
             job, go = _launch_paused_job(tmp, marker, algorithm, launch, both_ways=target.endswith("both-ways"))
             jobs[(algorithm, target)] = (job, go, marker, tmp)
         for (algorithm, target), (job, go, marker, tmp) in jobs.items():
@@ -298,7 +299,7 @@ def foreign_push_jobs(tmp_path_factory):
             port = outsider.listening_ports(_server_pid(_job_pids(marker)))[0]
             if target == "mxnet-stop":
                 outsider.command(port, outsider.STOP_SERVER, b"")
-            elif target == "part":
+            elif target.startswith("part"):
                 part = first_part()
                 outsider.push(port, part.weight_key, np.concatenate([np.full(part.size, 100.0, np.float32),
                                                                      np.ones(2 * auth.TAG_FLOATS, np.float32)]))
@@ -334,8 +335,9 @@ def test_a_push_from_outside_the_job_is_never_applied_and_training_goes_on(forei
     'weights-both-ways': a tracked correction (2-bit pulls) dropped and sent again, sealed as
     tracked, and V moved by its codes once; 'part': with parts (buckets.partition), a dense push
     to the bucket's first part key, met by the next correction: that part is sent again, its W
-    copied into the bucket's comm_buf once more.
-    Slow: the module's fixture runs every case's paused job side by side (10 jobs of 3 nodes,
+    copied into the bucket's comm_buf once more ('part-both-ways': in a tracked correction, V
+    moved once, when the bucket's last part was in).
+    Slow: the module's fixture runs every case's paused job side by side (11 jobs of 3 nodes,
     60-100 s on 2 cores), paid by whichever case runs first."""
     job, out, tmp_path = foreign_push_jobs[(algorithm, target)]
     assert job.returncode == 0, out[-4000:]
