@@ -867,8 +867,11 @@ def overlap_jobs(raw, head):
     for m in re.finditer(r"^=== %s [\d:]+\n(.*?)(?=^=== )" % head, raw.read_text(), re.M | re.S):
         body = m.groups()[-1]
         phi, psi = re.search(r"fp32 round \(phi\) ([\d.]+) ms, 2-bit round \(psi \+ delta\) ([\d.]+) ms", body).groups()
-        steps = {a: (float(i), float(mo)) for a, i, mo in re.findall(r"^(bitsgd|cdsgd) +([\d.]+) +([\d.]+) ", body, re.M)}
-        jobs[tuple(int(g) for g in m.groups()[:-1])] = (float(phi), float(psi), steps)
+        steps = {a: (float(i), float(mo)) for a, i, mo in re.findall(r"^((?:bitsgd|cdsgd)(?:_2bit)?) +([\d.]+) +([\d.]+) ",
+                                                                      body, re.M)}
+        pull = re.search(r"phi_pull: fp32, V tracked\) ([\d.]+) ms", body)  # (a both-ways job's correction alone)
+        jobs[tuple(int(g) for g in m.groups()[:-1])] = (float(phi), float(psi), steps) + (
+            (float(pull.group(1)),) if pull else ())
     return jobs
 
 
@@ -909,6 +912,22 @@ def test_parts_are_their_raw_files():
     assert "the correction took as long as on whole buckets (%.1f ms against %.1f, one pass" % (
         tried[(1, 65536)][0], tried[(1, 0)][0]) in page
     assert tried[(1, 65536)][0] > 0.95 * tried[(1, 0)][0]
+    # both ways: the both-ways job's correction alone (phi_pull) and steps, parts against whole buckets
+    (both,) = raw_files(parts, "parts-both-ways-ibn-*.txt")
+    jobs = overlap_jobs(both, r"pass (\d) part (\d+)")
+    assert sorted(jobs) == [(p, size) for p in (1, 2, 3) for size in (0, 65536)]
+    on, off = [jobs[(p, 65536)] for p in (1, 2, 3)], [jobs[(p, 0)] for p in (1, 2, 3)]
+    cd = lambda j: j[2]["cdsgd_2bit"][0]
+    pull_ratio = span([a[3] / b[3] for a, b in zip(on, off)], "%.2f")
+    assert "takes %s ms in parts against %s whole (%s of it), its step %s ms against %s (%s), and CD-SGD both ways / " \
+        "BIT-SGD both ways is %s against %s. It measures %s its model in parts, %s whole" % (
+            span([j[3] for j in on], "%.1f"), span([j[3] for j in off], "%.1f"),
+            pull_ratio.split("-")[0] if len(set(pull_ratio.split("-"))) == 1 else pull_ratio,
+            span([cd(j) for j in on], "%.1f"), span([cd(j) for j in off], "%.1f"),
+            span([cd(a) / cd(b) for a, b in zip(on, off)], "%.2f"),
+            span([cd(j) / j[2]["bitsgd_2bit"][0] for j in on], "%.2f"), span([cd(j) / j[2]["bitsgd_2bit"][0] for j in off], "%.2f"),
+            xspan([cd(j) / j[2]["cdsgd_2bit"][1] for j in on]), xspan([cd(j) / j[2]["cdsgd_2bit"][1] for j in off])) in page
+    assert max(cd(j) / j[2]["cdsgd_2bit"][1] for j in on) <= 1.15 and max(a[3] / b[3] for a, b in zip(on, off)) < 1
 
 
 def test_cd_sgds_smaller_buckets_are_their_raw_file():
