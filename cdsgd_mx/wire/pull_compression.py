@@ -44,7 +44,7 @@ scale for a bucket is set by its parameters with the largest changes, and Incept
 biases and betas then held V 40-55% away from W (fig7 --quick lost 26 pp; docs/reproduction-history.md, "2-bit pulls: one scale per parameter,
 not per bucket").
 
-API: scale(e); down_size(n, pieces); pieces_of(bucket); relative_error(norms); NORMS_EVERY; PULL_FP32,
+API: scale(e); down_size(n, pieces); down_size_of(bucket); pieces_of(bucket); relative_error(norms); NORMS_EVERY; PULL_FP32,
 PULL_2BIT (the flag a payload row carries); ServerCopies().register(dk, wk, n, pieces, stored,
 weight) / after_update(wk, weight, flag, tracked) / resync(wk, weight) / set_weights(wk, weight) /
 count_place(wk) / values() / restore(values). A worker's side: worker/pull_decode.py (WorkerCopy).
@@ -63,6 +63,11 @@ def down_size(n, pieces):
     """Values of a bucket's down payload before its proof region (n values in `pieces`
     parameters' pieces)."""
     return codec.packed_size(n) + pieces + NORMS
+
+
+def down_size_of(bucket):
+    """down_size of a bucket (its values in its parameters' pieces: pieces_of)."""
+    return down_size(bucket.size, len(pieces_of(bucket)))
 
 
 def pieces_of(bucket):

@@ -236,11 +236,11 @@ class BucketSet:
         self.copy = None                  # pull_compression.WorkerCopy: V, with 2-bit pulls
         self.down_buf = None
         if pull:
-            from cdsgd_mx.wire.pull_compression import down_size, pieces_of
+            from cdsgd_mx.wire.pull_compression import down_size_of
             from cdsgd_mx.worker.pull_decode import WorkerCopy
             self.copy = WorkerCopy(buckets, self.size)
             for b in buckets:  # (an array per bucket, as comm_buf's)
-                width = down_size(b.size, len(pieces_of(b))) + region
+                width = down_size_of(b) + region
                 b.down_wire = mx.nd.zeros((width,), ctx=self.ctx)
                 b.down_status = b.down_wire[width - region:width - region + 1] if region else None
             self.down_buf = [b.down_wire for b in buckets]

@@ -42,7 +42,7 @@ from cdsgd_mx.worker.config import (DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, Conf
 from cdsgd_mx.worker.fusion import CallFusion
 from cdsgd_mx.worker.gluon_rules import GluonRules
 from cdsgd_mx.worker.local_update import LocalUpdate
-from cdsgd_mx.wire.pull_compression import down_size, pieces_of, relative_error
+from cdsgd_mx.wire.pull_compression import down_size_of, relative_error
 from cdsgd_mx.worker.rounds import RoundRunner
 from cdsgd_mx.worker.schedule import COMPRESSING, DELAYED, Schedule
 from cdsgd_mx.worker.step import StepEngine
@@ -284,7 +284,7 @@ class CDSGD(KVStoreBase):
         if self.algorithm in COMPRESSING:
             self._backend.init_payloads(plan, pull)
         if pull:
-            self._backend.init([b.down_key for b in plan], [mx.nd.zeros((down_size(b.size, len(pieces_of(b))),)) for b in plan])
+            self._backend.init([b.down_key for b in plan], [mx.nd.zeros((down_size_of(b),)) for b in plan])
         for b in plan:
             self._backend.pull(b.weight_key, b.comm_wire)
         bset.scatter("comm")  # W(0) stays in comm_buf: a delayed first step starts from it

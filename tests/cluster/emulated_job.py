@@ -15,14 +15,7 @@ import sys
 import time
 
 from cdsgd_mx.cluster import emulate
-
-
-def _parent(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rpartition(")")[2].split()[1]
-    except (OSError, IndexError):
-        return None
+from cdsgd_mx.cluster.processes import parent_of, process_state
 
 
 def leftovers(state):
@@ -36,7 +29,7 @@ def leftovers(state):
             if pid in mine or cmd.startswith("sleep infinity") or ("sshd" in cmd and " -D " in cmd):
                 continue
             # the state letter and parent tell a stopped process from one that missed its stop
-            found.append("%s: %s (state %s, parent %s)" % (ns, cmd[:160], emulate.process_state(pid), _parent(pid)))
+            found.append("%s: %s (state %s, parent %s)" % (ns, cmd[:160], process_state(pid), parent_of(pid)))
     return found
 
 

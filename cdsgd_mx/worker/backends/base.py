@@ -7,6 +7,12 @@ import sys
 from cdsgd_mx.wire.pull_compression import pieces_of
 
 
+def rows_units(buckets):
+    """The buckets and parts that have an fp32 rows key (fp32_sum='rank'; a bucket with parts has
+    none of its own, each part one)."""
+    return [u for b in buckets for u in [b] + b.parts if u.rows_key is not None]
+
+
 def registration(buckets, threshold, compressing, aggregate=False):
     """The servers' register command: each bucket's parameters (slots: state id, range in the
     weight key, lr_mult, wd_mult), its parts (buckets.partition: each part's weight key, its
@@ -16,7 +22,7 @@ def registration(buckets, threshold, compressing, aggregate=False):
     "weights": the keys whose next round only registers them (weight keys first: a down key's V
     starts as its weights)."""
     downs = [b for b in buckets if b.down_key is not None]
-    rows = [u for b in buckets for u in [b] + b.parts if u.rows_key is not None]
+    rows = rows_units(buckets)
     parts = [(b, p) for b in buckets for p in b.parts]
     return {"op": "register", "weights": ([b.weight_key for b in buckets] if compressing or rows else []) +
                                          [b.down_key for b in downs] +

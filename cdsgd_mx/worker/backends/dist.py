@@ -14,9 +14,9 @@ from mxnet.base import _LIB, check_call
 from cdsgd_mx.wire import auth, optimizer_spec, proofs, protocol
 from cdsgd_mx.worker import engine_ops
 from cdsgd_mx.cluster import heartbeat
-from cdsgd_mx.wire.pull_compression import down_size, pieces_of
+from cdsgd_mx.wire.pull_compression import down_size_of
 from cdsgd_mx.server.node import COMMAND_PREFIX, START_MESSAGE
-from cdsgd_mx.worker.backends.base import MAX_RESENDS, Backend, dropped, registration
+from cdsgd_mx.worker.backends.base import MAX_RESENDS, Backend, dropped, registration, rows_units
 
 command_numbers = itertools.count(1)  # per process, as the servers' count of the job's commands
 
@@ -202,7 +202,7 @@ class DistBackend(Backend):
         payload key decodes into which weight (with fp32_sum='rank', which rows key sums into
         which weight), then run the registration round: a zero push to every weight key, which
         the server only records (a payload or rows update needs it)."""
-        rows = [u for b in buckets for u in [b] + b.parts if u.rows_key is not None]
+        rows = rows_units(buckets)
         if rows:
             self.init_rows(rows)
         self.command(registration(buckets, threshold, compressing, aggregate))
@@ -219,7 +219,7 @@ class DistBackend(Backend):
             self.round_trip(p.weight_key, np.zeros(p.size, np.float32))
         for b in buckets:
             if b.down_key is not None:
-                self.round_trip(b.down_key, np.zeros(down_size(b.size, len(pieces_of(b))), np.float32))
+                self.round_trip(b.down_key, np.zeros(down_size_of(b), np.float32))
         self.kv._barrier()
 
     def barrier(self):
