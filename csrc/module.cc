@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <string>
 #include <tuple>
@@ -659,6 +660,16 @@ int cuda_device_count() {
 // a Python callback on the engine's thread.
 extern "C" void engine_noop(void*, void*) {}
 
+// An engine operation that writes the time it runs (seconds of CLOCK_MONOTONIC, the clock of
+// Python's time.perf_counter on Linux) to the double at `param`. A trace span pushes it behind
+// the arrays it waits for: the span then ends when the engine saw them written, not when a
+// Python thread got the GIL back to look (up to the interpreter's switch interval later).
+extern "C" void engine_stamp(void*, void* param) {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  *static_cast<double*>(param) = static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
 // The engine's entry to PullDecoder::run (MXEnginePushSyncND's sync function: run context,
 // parameter) and the parameter's deleter.
 extern "C" void pull_decode_op(void*, void* call) {
@@ -703,6 +714,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("pull_decode_op_address", []() { return reinterpret_cast<uintptr_t>(&pull_decode_op); });
   m.def("pull_decode_release_address", []() { return reinterpret_cast<uintptr_t>(&pull_decode_release); });
   m.def("engine_noop_address", []() { return reinterpret_cast<uintptr_t>(&engine_noop); });
+  m.def("engine_stamp_address", []() { return reinterpret_cast<uintptr_t>(&engine_stamp); });
   m.def("set_num_threads", &cdsgd::set_default_threads);
   m.def("get_num_threads", &cdsgd::default_threads);
   m.def("cuda_device_count", &cuda_device_count);

@@ -2,7 +2,8 @@
 the engine's threads) pushed through MXNet's MXEnginePushSyncND with the arrays they read and
 write, so the engine orders them among its own operations like any other.
 
-API: push(function, param, deleter, reads, writes, name); order(reads, writes).
+API: push(function, param, deleter, reads, writes, name); order(reads, writes);
+stamp(reads, writes, seconds).
 """
 import ctypes
 
@@ -38,3 +39,11 @@ def order(reads, writes):
     then runs every later operation on `writes` after every earlier one on both."""
     from cdsgd_mx import _native
     push(_native.engine_noop_address(), None, None, reads, writes, b"cdsgd_order")
+
+
+def stamp(reads, writes, seconds):
+    """Push an operation that sets `seconds` (a ctypes.c_double, kept alive by the caller until
+    `writes` are written) to time.perf_counter()'s clock once every earlier write of `reads`
+    is done; it writes `writes` (NDArrays) so that a waiter can wait for it alone."""
+    from cdsgd_mx import _native
+    push(_native.engine_stamp_address(), ctypes.addressof(seconds), None, reads, writes, b"cdsgd_stamp")

@@ -1,6 +1,7 @@
 """Chrome-trace timeline of a worker (chrome://tracing or https://ui.perfetto.dev), like the
 paper's Fig. 5: the main thread's forward/backward and step, the communication thread's
 quantize, push and pull, so that overlap (or its absence) is visible."""
+import ctypes
 import json
 import os
 import queue
@@ -55,22 +56,24 @@ class Tracer:
         of arrays: all of them), without blocking the caller: a watcher thread waits for it."""
         if not self.enabled:
             return
-        # a one-value copy read after the writes issued so far: waiting on it is not held up
-        # by writes issued later (the next step's comm_buf = g), as waiting on array would be
-        # (a sparse array, an acknowledgement, is written once per round: waited on itself)
+        import mxnet as mx
+        from cdsgd_mx.worker import engine_ops
+        # the engine stamps the time once the writes issued so far are done: the span's end is
+        # neither held up by writes issued later (the next step's comm_buf = g) nor by this
+        # thread's wait for the GIL (a late end would show overlap where a worker waited)
         arrays = array if isinstance(array, list) else [array]
-        arrays = [a.reshape((-1,))[0:1].copy() if getattr(a, "stype", "default") == "default" else a for a in arrays]
-        array = arrays[0] if len(arrays) == 1 else _All(arrays)
+        seconds, done = ctypes.c_double(0.0), mx.nd.zeros((1,))
+        engine_ops.stamp(arrays, [done], seconds)
         if self._watch is None:  # its own trace row: not the communication thread's name
             self._watch = queue.Queue()
             threading.Thread(target=self._watcher, args=(self._watch,), name="cdsgd-transfers", daemon=True).start()
-        self._watch.put((name, array, start_us, args))
+        self._watch.put((name, done, seconds, start_us, args))
 
     def _watcher(self, q):
         while True:
-            name, array, start_us, args = q.get()
-            array.wait_to_read()
-            self.add(name, start_us, self.now_us(), **args)
+            name, done, seconds, start_us, args = q.get()
+            done.wait_to_read()
+            self.add(name, start_us, (seconds.value - self._t0) * 1e6, **args)
 
     def save(self):
         if not self.enabled:
@@ -86,13 +89,3 @@ class Tracer:
                        "otherData": {"perf_counter_origin_s": self._t0}}, f)
         return self.path
 
-
-class _All:
-    """Several arrays waited on as one (Tracer.watch)."""
-
-    def __init__(self, arrays):
-        self.arrays = arrays
-
-    def wait_to_read(self):
-        for a in self.arrays:
-            a.wait_to_read()
