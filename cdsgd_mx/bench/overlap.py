@@ -2,7 +2,8 @@
 
     python -m cdsgd_mx.bench.overlap [--bandwidth 1gbit | --emulate-hosts N --nic 1gbit] [--workers 2]
         [--servers 1] [--params 2e6] [--model mlp|alexnet|vgg16|inception_bn|resnet50|...] [--iterations 60]
-        [--compute-ms T] [--algorithms ssgd,bitsgd,odsgd,cdsgd] [--trace-dir DIR] [--json]
+        [--compute-ms T] [--algorithms ssgd,bitsgd,odsgd,cdsgd] [--fp32-sum arrival|rank]
+        [--trace-dir DIR] [--json]
 
 A model (default: a synthetic MLP of about --params weights; or one of the paper's models by
 name) on synthetic inputs (time does not depend on the values) trains for --iterations steps per algorithm under the launcher, optionally behind an
@@ -99,7 +100,8 @@ def worker(args):
                                algorithm="cdsgd" if args.interleaved else args.algorithm, k=args.k,
                                warmup_steps=0 if args.interleaved else args.warmup,
                                threshold=args.threshold, trace=trace, pull_compression=pull,
-                               bucket_size=args.bucket_size or None)  # None: the algorithm's default
+                               bucket_size=args.bucket_size or None,  # None: the algorithm's default
+                               fp32_sum=args.fp32_sum)
     kv = trainer.kvstore
     x = mx.nd.array(np.random.RandomState(kv.rank).randn(args.batch, *shape).astype(np.float32))
     y = mx.nd.array(np.random.RandomState(kv.rank).randint(0, classes, args.batch).astype(np.float32))
@@ -297,7 +299,7 @@ def launch_cmd(args, alg, extra):
         cmd += ["--bandwidth", args.bandwidth]
     cmd += ["--", sys.executable, "-m", "cdsgd_mx.bench.overlap", "--worker", "--algorithm", alg] + extra
     for name in ("model", "params", "iterations", "batch", "k", "warmup", "threshold", "compute_iterations",
-                 "algorithms", "bucket_size"):
+                 "algorithms", "bucket_size", "fp32_sum"):
         cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     if args.compute_ms is not None:
         cmd += ["--compute-ms", str(args.compute_ms)]
@@ -416,7 +418,8 @@ def leader(args):
                if args.emulate_hosts else args.bandwidth or "unshaped loopback")
     print("\nlink: %s, %d workers, %d server(s), %d parameters, batch %d, k=%d%s" % (
         network, args.workers, args.servers, next(iter(results.values()))["params"], args.batch, args.k,
-        ", compute emulated: %g ms of waiting per step" % args.compute_ms if args.compute_ms is not None else ""))
+        (", compute emulated: %g ms of waiting per step" % args.compute_ms if args.compute_ms is not None else "")
+        + (", fp32 rounds summed in rank order" if args.fp32_sum == "rank" else "")))
     for j in jobs if args.interleaved else [None]:
         where = " (the job of %s, buckets of %d values)" % (", ".join(j["algorithms"]), j["bucket_size"]) if j else ""
         jphi, jpsi = (j["phi_ms"], j["psi_plus_delta_ms"]) if j else (phi, psi)
@@ -486,6 +489,9 @@ def main(argv=None):
     ap.add_argument("--bucket-size", type=int, default=0, metavar="N",
                     help="values per bucket for every algorithm (default: each algorithm's own; --interleaved: "
                          "one job per bucket size and pull)")
+    ap.add_argument("--fp32-sum", default="arrival", choices=["arrival", "rank"],
+                    help="how servers sum fp32 rounds (the store's fp32_sum): as they arrive (default), or "
+                         "in rank order as rows")
     ap.add_argument("--compute-ms", type=float, default=None, metavar="T",
                     help="replace each worker's forward/backward with T ms of waiting (gradients of the model's "
                          "real shapes, drawn once); communication, codec, servers and local update stay real")
