@@ -54,6 +54,28 @@ def test_plan_covers_every_value_once_in_backward_order_within_the_limits(sizes,
 
 
 @settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=30), bucket_size=st.integers(1, 5000),
+       part_size=st.integers(1, 3000), workers=st.integers(1, 4), servers=st.integers(1, 3),
+       bound=st.integers(2, 4000))
+def test_with_rank_sums_and_parts_only_the_rows_keys_keep_to_the_rows_bound(sizes, bucket_size, part_size, workers,
+                                                                           servers, bound):
+    """fp32_sum='rank' with parts: every unit with a rows key (a part, or a bucket too small to
+    have parts) fits the rows' bound, while the buckets, whose codes are one payload, are cut
+    where arrival order's are (the same plan, before the parts)."""
+    keys = lambda: protocol.Keys(servers)
+    ranked = buckets.plan(list(enumerate(sizes)), bucket_size, workers, servers, keys(), bound=bound, fp32_rows=True,
+                          part_size=part_size)
+    arrival = buckets.plan(list(enumerate(sizes)), bucket_size, workers, servers, keys(), bound=bound)
+    assert [(b.offset, b.size, b.server) for b in ranked] == [(b.offset, b.size, b.server) for b in arrival]
+    rows_chunk = protocol.max_chunk(bound, workers, True)
+    for b in ranked:
+        for u in b.parts or [b]:
+            assert u.size <= min(part_size, rows_chunk) or u is b and not b.parts and b.size <= part_size
+            if (bound - 1) // workers - workers * auth.TAG_FLOATS >= 1:  # (else the floor: 1 value)
+                assert u.size <= rows_chunk and workers * (u.size + workers * auth.TAG_FLOATS) < bound
+
+
+@settings(max_examples=200, deadline=None)
 @given(sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=30), bucket_size=st.integers(1, 5000),
        part_size=st.integers(1, 700), servers=st.integers(1, 3))
 def test_parts_cut_each_bucket_into_whole_slots_of_at_most_the_part_size(sizes, bucket_size, part_size, servers):

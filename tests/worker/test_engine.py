@@ -220,14 +220,15 @@ def test_rank_order_sums_give_the_simulations_weights_bit_for_bit(tmp_path, alg,
     the simulation does, so every worker ends with the simulation's W and x bit for bit (cdsgd:
     two warm-up rounds and a correction every k steps in fp32, the other steps 2-bit codes;
     with 2 servers the (700,) parameter is cut across both). parts: CDSGD_PART_SIZE=64, the
-    fp32 rounds as rows of each part's own rows key."""
+    fp32 rounds as rows of each part's own rows key; else 0, whole buckets (the default part
+    size would cut the buckets above the rows' bound, BOUND, into parts)."""
     init = [init_value(i, s) for i, s in enumerate(SHAPES)]
     g = [offgrid_grad(init[2], r, 0, 2) for r in range(3)]
     assert ((g[0] + g[1]) + g[2] != (g[2] + g[1]) + g[0]).any()  # the order shows: the test can fail
     cfg = json.dumps(dict(CFG, fp32_sum="rank", offgrid=True))
     got = finish(start(tmp_path, 3, servers, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP),
                        "--k", str(K), "--threshold", str(T), "--config", cfg,
-                       env={"CDSGD_PART_SIZE": "64"} if parts else None))
+                       env={"CDSGD_PART_SIZE": "64" if parts else "0"}))
     assert all(bool(g["parts"]) == parts for g in got)
     xs, W = simulate(alg, 3, STEPS, WARMUP, K, T, init, offgrid_grad, CFG["lr"], CFG["momentum"], CFG["local_lr"],
                      CFG["batch"])
