@@ -73,10 +73,14 @@ FP32_BUCKET_SIZE = 1 << 16
 # part by part, each part its own weight key on its bucket's server, so that they keep both
 # directions of a NIC busy as S-SGD's 2^16 buckets do, while their 2-bit rounds keep 2^20
 # buckets (the codes' CPU is per bucket). Measured (docs/performance.md, "Parts"): CD-SGD on
-# Inception-BN at 8 workers + 2 servers, 1 Gbit/s NICs: its fp32 round 313-327 ms in parts of
-# 2^16, 449-454 on whole 2^20 buckets; 2^17 as good, 2^18 worse. On fast links, where the CPU is
-# the limit, whole buckets are faster (CDSGD_PART_SIZE=0: worker/config.py).
+# Inception-BN at 8 workers + 2 servers, 1 Gbit/s NICs: its fp32 round 298-324 ms in parts of
+# 2^16 (3 jobs), 328-335 at 2^17, 332-340 at 2^15, 447-456 on whole 2^20 buckets. On fast links,
+# where the CPU is the limit, whole buckets are faster (CDSGD_PART_SIZE=0: worker/config.py).
 PART_SIZE = FP32_BUCKET_SIZE
+# With fp32_sum='rank' a part is as large as its rows key may be (plan() cuts at the rows'
+# bound): a rank-order part costs a round trip more (its acknowledgement, then W's pull), so
+# fewer, larger parts win (docs/performance.md, "Parts").
+RANK_PART_SIZE = DEFAULT_BUCKET_SIZE
 
 
 def default_bucket_size(algorithm):

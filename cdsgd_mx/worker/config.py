@@ -50,11 +50,12 @@ def push_window(environ=os.environ):
 PART_SIZE_ENV = "CDSGD_PART_SIZE"  # values per part of a compressing algorithm's fp32 rounds (buckets.partition)
 
 
-def part_size(environ=os.environ):
+def part_size(fp32_sum="arrival", environ=os.environ):
     """CDSGD_PART_SIZE: values per part (0: none, fp32 rounds of whole buckets), default
-    buckets.PART_SIZE; None for 0."""
-    from cdsgd_mx.worker.buckets import PART_SIZE
-    return _whole_number(environ, PART_SIZE_ENV, PART_SIZE, "values per part of an fp32 round; 0: no parts") or None
+    buckets.PART_SIZE (with fp32_sum='rank' buckets.RANK_PART_SIZE); None for 0."""
+    from cdsgd_mx.worker.buckets import PART_SIZE, RANK_PART_SIZE
+    default = RANK_PART_SIZE if fp32_sum == "rank" else PART_SIZE
+    return _whole_number(environ, PART_SIZE_ENV, default, "values per part of an fp32 round; 0: no parts") or None
 
 
 def _whole_number(environ, name, default, what):

@@ -131,7 +131,7 @@ class CDSGD(KVStoreBase):
         # fp32 rounds through rows keys, summed in rank order (in process one worker's sum has one order)
         self._fp32_rows = fp32_sum == "rank" and isinstance(self._backend, DistBackend)
         # the fp32 rounds of the compressing algorithms go part by part (buckets.partition)
-        self.part_size = part_size() if algorithm in COMPRESSING else None
+        self.part_size = part_size(fp32_sum) if algorithm in COMPRESSING else None
         self._nonfinite = guards.NonfinitePolicy(nonfinite, self._backend, self._names)
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._optimizer = None

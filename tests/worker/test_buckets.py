@@ -114,8 +114,22 @@ def test_parts_cut_each_bucket_into_whole_slots_of_at_most_the_part_size(sizes, 
 def test_a_bad_part_size_is_refused_in_one_line(value):
     from cdsgd_mx.worker.config import part_size
     with pytest.raises(cdsgd_mx.ConfigError, match="^CDSGD_PART_SIZE must be an integer >= 0 .*got '%s'$" % value.replace(".", r"\.")):
-        part_size({"CDSGD_PART_SIZE": value})
-    assert part_size({}) == buckets.PART_SIZE and part_size({"CDSGD_PART_SIZE": "0"}) is None
+        part_size(environ={"CDSGD_PART_SIZE": value})
+    assert part_size(environ={}) == buckets.PART_SIZE and part_size(environ={"CDSGD_PART_SIZE": "0"}) is None
+
+
+def test_rank_order_parts_are_as_large_as_their_rows_keys_may_be():
+    """fp32_sum='rank' defaults to parts at the rows' bound (a rank-order part costs a round
+    trip more than a pushpull); CDSGD_PART_SIZE still sets the size."""
+    from cdsgd_mx.worker.config import part_size
+    assert part_size("rank", environ={}) == buckets.RANK_PART_SIZE > buckets.PART_SIZE
+    assert part_size("rank", environ={"CDSGD_PART_SIZE": "4096"}) == 4096
+    bound, workers = 10 ** 6, 8  # MXNet's default big-array bound; 8 workers' rows of a part fit it
+    plan = buckets.plan([(0, 1 << 20)], buckets.DEFAULT_BUCKET_SIZE, workers, 2, protocol.Keys(2), bound=bound,
+                        fp32_rows=True, part_size=buckets.RANK_PART_SIZE)
+    chunk = protocol.max_chunk(bound, workers, True)
+    sizes = [p.size for b in plan for p in b.parts]
+    assert max(sizes) <= chunk and len(sizes) == sum(-(-b.size // chunk) for b in plan) < (1 << 20) // buckets.PART_SIZE
 
 
 def test_plan_fuses_many_small_parameters_into_few_buckets():
