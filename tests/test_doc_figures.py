@@ -440,17 +440,59 @@ def test_the_scaling_table_in_parts_against_whole_buckets():
     assert "CD-SGD's correction alone takes %.0f and %.0f ms in parts at 2 + 1 and 4 + 1, against %.0f and %.0f on " \
         "whole buckets, and its step is %s what it was on whole buckets" % (
             *[c["phi_ms"] for c in fast], *[whole_phi(c) for c in fast], xspan([a / b for a, b in zip(step, old)])) in parts
-    (raw,) = raw_files(section(SCALING, "### Parts: fp32 rounds finer than the codes"), "parts-sizes-*.txt")
-    jobs = overlap_jobs(raw, r"(1|10)gbit \d+\+\d part (\d+)")
-    sizes = (65536, 131072, 262144, 0)
-    assert sorted(jobs) == sorted((link, s) for link in (1, 10) for s in sizes)
-    assert "2^16 and 2^17 values a part gave the same correction (%.1f and %.1f ms alone), 2^18 %.1f, whole buckets " \
-        "%.1f; at 4 + 1 on 10 Gbit/s %.1f, %.1f, %.1f and %.1f ms" % (
-            *[jobs[(1, s)][0] for s in sizes], *[jobs[(10, s)][0] for s in sizes]) in parts
-    psi10 = [jobs[(10, s)][1] for s in sizes]
-    assert "differ by up to %.0f%% (%s ms)" % (100 * (max(psi10) / min(psi10) - 1), span(psi10, "%.1f")) in parts
-    assert abs(jobs[(1, 65536)][0] / jobs[(1, 131072)][0] - 1) < 0.03  # "the same"
-    assert jobs[(10, 0)][0] < min(jobs[(10, s)][0] for s in sizes[:3])  # whole buckets: the fastest at 10 Gbit/s
+
+
+def test_the_part_size_is_its_raw_file():
+    """The part sizes' table (3 jobs per size and link, medians and ranges) and the choice it
+    backs: 2^16 the shortest correction at 1 Gbit/s, whole buckets at 10 Gbit/s."""
+    parts = section(SCALING, "### Parts: fp32 rounds finer than the codes")
+    (raw,) = raw_files(parts, "parts-sizes-*.txt")
+    jobs = overlap_jobs(raw, r"(1|10)gbit \d+\+\d pass (\d) part (\d+)")
+    sizes = (32768, 65536, 131072, 0)
+    assert sorted(jobs) == sorted((link, p, s) for link in (1, 10) for p in (1, 2, 3) for s in sizes)
+    phi = lambda link, s: [jobs[(link, p, s)][0] for p in (1, 2, 3)]
+    step = lambda link, s: [jobs[(link, p, s)][2]["cdsgd"][0] for p in (1, 2, 3)]
+    cell = lambda v: "%.1f (%.1f-%.1f)" % (statistics.median(v), min(v), max(v))
+    want = [[label, what] + [cell(f(link, s)) for s in sizes]
+            for link, label in ((1, "1 Gbit/s, 8 + 2"), (10, "10 Gbit/s, 4 + 1"))
+            for f, what in ((phi, "correction alone (phi)"), (step, "CD-SGD's step"))]
+    table = rows("\n".join(line.strip() for line in parts.splitlines()))  # (a table inside a bullet)
+    assert [r for r in table if r[0].endswith(("8 + 2", "4 + 1"))] == want
+    assert max(phi(1, 65536)) < min(min(phi(1, s)) for s in (32768, 131072, 0))  # "its slowest job is faster"
+    assert abs(statistics.median(step(1, 65536)) / statistics.median(step(1, 131072)) - 1) < 0.03  # "the same"
+    med10 = [statistics.median(phi(10, s)) for s in sizes]
+    assert med10 == sorted(med10, reverse=True)  # "the fewer the parts the shorter": whole buckets the fastest
+    from cdsgd_mx.worker import buckets
+    assert "**Kept: 2^16**" in parts and buckets.PART_SIZE == 2 ** 16
+
+
+def test_the_rank_order_parts_are_their_raw_file():
+    """fp32_sum='rank' in three layouts (3 jobs each): the table from the jobs' printouts, and
+    the default's lead in CD-SGD's step over every job of the others."""
+    parts = section(SCALING, "### Parts: fp32 rounds finer than the codes")
+    (raw,) = raw_files(parts, "parts-rank-*.txt")
+    jobs = overlap_jobs(raw, r"pass (\d) rank part (default|\d+)")
+    layouts = ("default", 65536, 0)
+    assert sorted(jobs, key=str) == sorted(((p, s) for p in (1, 2, 3) for s in layouts), key=str)
+    cpu = {m[0]: float(m[1]) for m in re.findall(r"^=== pass (\d rank part \w+) .*?^bitsgd(?: +[\d.]+){4} +([\d.]+)",
+                                                   raw.read_text(), re.M | re.S)}
+    assert len(cpu) == 9
+    columns = [lambda j, p, s: j[0], lambda j, p, s: j[1], lambda j, p, s: j[2]["bitsgd"][0],
+               lambda j, p, s: j[2]["cdsgd"][0], lambda j, p, s: cpu["%d rank part %s" % (p, s)]]
+    cell = lambda v: "%.1f (%.1f-%.1f)" % (statistics.median(v), min(v), max(v))
+    want = [[name] + [cell([f(jobs[(p, s)], p, s) for p in (1, 2, 3)]) for f in columns]
+            for s, name in zip(layouts, ("default: parts at the rows' bound", "parts of 2^16", "whole buckets"))]
+    table = rows("\n".join(line.strip() for line in parts.splitlines()))
+    assert [r for r in table if r[0] in [w[0] for w in want]] == want
+    step = lambda s: [jobs[(p, s)][2]["cdsgd"][0] for p in (1, 2, 3)]
+    assert max(step("default")) < min(step(65536) + step(0))  # "each of the default's jobs ... shorter"
+    (sizes,) = raw_files(parts, "parts-sizes-*.txt")
+    arrival = [j[0] for (link, _, s), j in overlap_jobs(sizes, r"(1|10)gbit \d+\+\d pass (\d) part (\d+)").items()
+               if (link, s) == (1, 65536)]
+    ratio = statistics.median(jobs[(p, "default")][0] for p in (1, 2, 3)) / statistics.median(arrival)
+    assert "about %.1fx arrival order's in 2^16 parts (%s ms" % (ratio, span(arrival, "%.1f")) in " ".join(parts.split())
+    from cdsgd_mx.worker import buckets
+    assert buckets.RANK_PART_SIZE >= buckets.DEFAULT_BUCKET_SIZE  # (so the rows' bound cuts the parts)
 
 
 def test_the_scaling_answers_are_their_raw_files():
@@ -870,7 +912,7 @@ def overlap_jobs(raw, head):
         steps = {a: (float(i), float(mo)) for a, i, mo in re.findall(r"^((?:bitsgd|cdsgd)(?:_2bit)?) +([\d.]+) +([\d.]+) ",
                                                                       body, re.M)}
         pull = re.search(r"phi_pull: fp32, V tracked\) ([\d.]+) ms", body)  # (a both-ways job's correction alone)
-        jobs[tuple(int(g) for g in m.groups()[:-1])] = (float(phi), float(psi), steps) + (
+        jobs[tuple(int(g) if g.isdigit() else g for g in m.groups()[:-1])] = (float(phi), float(psi), steps) + (
             (float(pull.group(1)),) if pull else ())
     return jobs
 
