@@ -495,6 +495,41 @@ def test_the_rank_order_parts_are_their_raw_file():
     assert buckets.RANK_PART_SIZE >= buckets.DEFAULT_BUCKET_SIZE  # (so the rows' bound cuts the parts)
 
 
+def test_the_cycle_figures_are_their_traces():
+    """bench.cycle on the three recorded traces gives the page's figures, and what the raw
+    file printed; the model ratios are the jobs' own."""
+    from cdsgd_mx.bench import cycle
+    page = " ".join(SCALING.split())
+    i = page.index("What CD-SGD's steps add to its rounds")
+    text = page[i:page.index("- **", i)]
+    raws = raw_files(text, "cdsgd-cycle-*")
+    (raw,) = [r for r in raws if r.suffix == ".txt"]
+    traces = sorted(r for r in raws if r.name.endswith(".json.gz"))
+    assert len(traces) == 3
+    found = [cycle.cycles(cycle.load(str(t))) for t in traces]
+    two = [[c for c in f if c["kind"] == "2-bit"] for f in found]
+    mean = lambda cs, f: statistics.mean(f(c) for c in cs)
+    between = [mean(cs, lambda c: c["wake"] + c["local"] + c["push"]) for cs in two]
+    rounds = [mean(cs, lambda c: c["round"]) for cs in two]
+    corrections = [mean([c for c in f if c["kind"] == "fp32"], lambda c: c["round"]) for f in found]
+    jobs = overlap_jobs(raw, r"pass (\d)")
+    assert sorted(jobs) == [(1,), (2,), (3,)]
+    phi, psi = [jobs[(p,)][0] for p in (1, 2, 3)], [jobs[(p,)][1] for p in (1, 2, 3)]
+    ratio = [jobs[(p,)][2]["cdsgd"][0] / jobs[(p,)][2]["cdsgd"][1] for p in (1, 2, 3)]
+    assert "a mean %s ms a step (%s%% of the round; the local update %s ms of it)" % (
+        span(between, "%.1f"), span([100 * b / r for b, r in zip(between, rounds)], "%.1f"),
+        span([mean(cs, lambda c: c["local"]) for cs in two], "%.1f")) in text
+    assert "take a mean %s ms, against %s alone" % (span(rounds, "%.1f"), span(psi, "%.1f")) in text
+    assert "(%s against phi %s)" % (span(corrections, "%.1f"), span(phi, "%.1f")) in text
+    assert max(corrections) < min(phi)  # "less in sequence than alone"
+    assert "measured %s its model in these jobs" % xspan(ratio) in text
+    # the work between rounds is most of the gap: mean step over the model's, against the rounds'
+    gap = [(r - 1) * jobs[(p,)][2]["cdsgd"][1] for p, r in zip((1, 2, 3), ratio)]
+    assert statistics.mean(between) * 4 / 5 > 0.5 * statistics.mean(gap)
+    printed = re.findall(r"^2-bit +[\d.]+ \(([\d.]+)\) +[\d.]+ \(([\d.]+)\)", raw.read_text(), re.M)
+    assert [float(r) for _, r in printed] == [round(r, 1) for r in rounds]
+
+
 def test_the_scaling_answers_are_their_raw_files():
     from cdsgd_mx.bench import scaling
     from cdsgd_mx.bench.overlap import job_of
