@@ -148,8 +148,8 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
     total = sum(size for _, size in params)
     chunk = protocol.max_chunk(bound, num_workers, fp32_rows)
     if fp32_rows and part_size is not None:
-        # (cut at the rows' bound, 8 workers' 2-bit rounds of Inception-BN went in 14 buckets
-        # instead of 2: 15 ms more of a worker's CPU and 10% more time per 2-bit round)
+        # (cut at the rows' bound, 8 workers' 2-bit rounds of Inception-BN went in 21 buckets
+        # instead of 3: 15 ms more of a worker's CPU and 10% more time per 2-bit round)
         part_size, chunk = min(part_size, chunk), protocol.max_chunk(bound, num_workers)
     limit = max(1, min(bucket_size, chunk, math.ceil(total / num_servers)))
     load = [0] * num_servers

@@ -88,4 +88,3 @@ class Tracer:
             json.dump({"traceEvents": meta + self.events, "displayTimeUnit": "ms",
                        "otherData": {"perf_counter_origin_s": self._t0}}, f)
         return self.path
-
