@@ -97,13 +97,14 @@ def test_gluon_trainer_with_our_store_equals_cdsgd_mx_trainer(tmp_path, algorith
 
 @pytest.mark.slow
 @pytest.mark.parametrize("door,worker,options", [("module", "module_worker.py", ""), ("gluon", "gluon_worker.py", ""),
+                                                 ("module", "module_worker.py", ",fp32_sum=rank"),
                                                  ("gluon", "gluon_worker.py", ",pull_compression=2bit"),
                                                  ("gluon", "gluon_worker.py", ",fp32_sum=rank")])
 def test_each_door_trains_in_parts_the_weights_of_whole_buckets(tmp_path, door, worker, options):
     """CD-SGD's fp32 rounds in parts of 32 values (buckets.partition: the 12 x 16 layer's 192
     values cut in 6) through Module's and gluon's Trainer's one-parameter calls: the same
     weights, bit for bit, as the same door on whole buckets (CDSGD_PART_SIZE=0); through
-    gluon's also with 2-bit pulls (V moved once a bucket's last part is in) and with rank-order
+    gluon's also with 2-bit pulls (V moved once a bucket's last part is in); both with rank-order
     sums (a rows key per part, its W copied back into the bucket)."""
     runs = {}
     for part in ("32", "0"):
