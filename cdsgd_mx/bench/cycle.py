@@ -12,7 +12,9 @@ cycle is the time from round t's start to round t+1's start, and it is cut into:
 The paper's time model (eqs 2-7) counts max(tau, round) per step and the forward/backward
 hidden behind the round; wake, local and push are on the path between rounds, so the steps
 in sequence exceed the rounds alone by about their sum. Medians and means per kind of round
-(2-bit, and fp32: CD-SGD's correction), in ms.
+(2-bit, and fp32: CD-SGD's correction), in ms. The cut speaks where the round is longer than
+the forward/backward (the step waits for the round); where compute is longer, 'wake' holds
+the rest of the compute, whose own span (issuing MXNet's asynchronous ops) says little.
 
 API: cycles(events) -> [dict]; summary(cycles) -> {kind: {part: (median, mean)}}.
 """
