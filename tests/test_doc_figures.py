@@ -36,6 +36,16 @@ def rows(text):
             for line in text.splitlines() if line.startswith("|") and not line.startswith("|---")]
 
 
+def indented_rows(text):
+    """rows() of tables that sit inside a bullet (their lines indented)."""
+    return rows("\n".join(line.strip() for line in text.splitlines()))
+
+
+def median_range(values):
+    """A cell as the pages write repeated jobs: "median (fastest-slowest)"."""
+    return "%.1f (%.1f-%.1f)" % (statistics.median(values), min(values), max(values))
+
+
 def span(values, fmt):
     return (fmt % min(values)) + "-" + (fmt % max(values))
 
@@ -452,11 +462,10 @@ def test_the_part_size_is_its_raw_file():
     assert sorted(jobs) == sorted((link, p, s) for link in (1, 10) for p in (1, 2, 3) for s in sizes)
     phi = lambda link, s: [jobs[(link, p, s)][0] for p in (1, 2, 3)]
     step = lambda link, s: [jobs[(link, p, s)][2]["cdsgd"][0] for p in (1, 2, 3)]
-    cell = lambda v: "%.1f (%.1f-%.1f)" % (statistics.median(v), min(v), max(v))
-    want = [[label, what] + [cell(f(link, s)) for s in sizes]
+    want = [[label, what] + [median_range(f(link, s)) for s in sizes]
             for link, label in ((1, "1 Gbit/s, 8 + 2"), (10, "10 Gbit/s, 4 + 1"))
             for f, what in ((phi, "correction alone (phi)"), (step, "CD-SGD's step"))]
-    table = rows("\n".join(line.strip() for line in parts.splitlines()))  # (a table inside a bullet)
+    table = indented_rows(parts)
     assert [r for r in table if r[0].endswith(("8 + 2", "4 + 1"))] == want
     assert max(phi(1, 65536)) < min(min(phi(1, s)) for s in (32768, 131072, 0))  # "its slowest job is faster"
     assert abs(statistics.median(step(1, 65536)) / statistics.median(step(1, 131072)) - 1) < 0.03  # "the same"
@@ -479,10 +488,9 @@ def test_the_rank_order_parts_are_their_raw_file():
     assert len(cpu) == 9
     columns = [lambda j, p, s: j[0], lambda j, p, s: j[1], lambda j, p, s: j[2]["bitsgd"][0],
                lambda j, p, s: j[2]["cdsgd"][0], lambda j, p, s: cpu["%d rank part %s" % (p, s)]]
-    cell = lambda v: "%.1f (%.1f-%.1f)" % (statistics.median(v), min(v), max(v))
-    want = [[name] + [cell([f(jobs[(p, s)], p, s) for p in (1, 2, 3)]) for f in columns]
+    want = [[name] + [median_range([f(jobs[(p, s)], p, s) for p in (1, 2, 3)]) for f in columns]
             for s, name in zip(layouts, ("default: parts at the rows' bound", "parts of 2^16", "whole buckets"))]
-    table = rows("\n".join(line.strip() for line in parts.splitlines()))
+    table = indented_rows(parts)
     assert [r for r in table if r[0] in [w[0] for w in want]] == want
     step = lambda s: [jobs[(p, s)][2]["cdsgd"][0] for p in (1, 2, 3)]
     assert max(step("default")) < min(step(65536) + step(0))  # "each of the default's jobs ... shorter"
