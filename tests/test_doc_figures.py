@@ -1305,3 +1305,30 @@ def test_cd_sgds_step_with_and_without_the_window_is_its_raw_file():
     off = [float(j[-1]) / 1e3 for j in jobs if j[0] == "none"]
     assert len(on) == len(off) == 2 and max(on) < min(off)
     assert "took %s s with the window, %s s without" % (span(on, "%.2f"), span(off, "%.2f")) in " ".join(text.split())
+
+
+# --- reproduction.md: fig10 ------------------------------------------------------------------
+
+def test_fig10s_table_is_its_record():
+    """reproduction.md's fig10 table and answer, recomputed from the record's fig10.json."""
+    text = section((ROOT / "docs" / "reproduction.md").read_text(), "## Fig. 10: speedup over BIT-SGD, and the time model")
+    (folder,) = re.findall(r"\(reproduction/(fig10-quick-hosts)/fig10\.md\)", text)
+    cases = json.loads((ROOT / "docs" / "reproduction" / folder / "fig10.json").read_text())
+    (commit,) = {c["provenance"]["commit"][:7] for c in cases}
+    assert "Recorded at commit `%s`" % commit in text and not any(c["provenance"]["dirty"] for c in cases)
+    table = {r[0]: r[1:] for r in rows(text)}
+    for c in cases:
+        assert table[LINK[c["bandwidth"]]] == \
+            ["%.0f / %.0f" % (c["measured_ms"][a], c["predicted_ms"][a]) for a in ("ssgd", "bitsgd", "odsgd", "cdsgd")] + \
+            ["%.0f" % c[k] for k in ("tau_ms", "phi_ms", "psi_plus_delta_ms")] + \
+            [", ".join("%+.0f%%" % (100 * v) for v in c["per_cycle_speedup_over_bitsgd"]["cdsgd"])]
+    page = " ".join(text.split())
+    one, ten = (next(c for c in cases if c["bandwidth"] == link) for link in ("1gbit", "10gbit"))
+    cycles = [100 * v for v in one["per_cycle_speedup_over_bitsgd"]["cdsgd"]]
+    assert "CD-SGD is **%.0f%%** faster than BIT-SGD on 1 Gbit/s NICs, in every cycle (+%.0f%% to +%.0f%%;" % (
+        100 * one["speedup_over_bitsgd"]["cdsgd"], min(cycles), max(cycles)) in page
+    assert "and %.0f%% on 10 Gbit/s" % (100 * ten["speedup_over_bitsgd"]["cdsgd"]) in page
+    errors = [abs(c["measured_ms"][a] - c["predicted_ms"][a]) / c["measured_ms"][a] for c in cases for a in c["measured_ms"]]
+    assert "mean absolute error of %.0f%%, max %.0f%%" % (100 * statistics.mean(errors), 100 * max(errors)) in page
+    own = lambda a: one["measured_ms"][a] / one["predicted_ms"][a]
+    assert "CD-SGD measures %.2fx its model in both records (OD-SGD %.2fx now" % (own("cdsgd"), own("odsgd")) in page
