@@ -166,6 +166,44 @@ def test_the_per_host_table_before_against_the_one_before_it():
             [c["cdsgd"] / c["bitsgd"] for c in cells if c["model"] == "inception_bn"], "%.2f")) in page
 
 
+def test_what_keeps_our_rounds_above_the_bound_is_its_raw_files():
+    """The unshaped rounds beside the 1 Gbit/s ones, from each cell's raw JSON."""
+    text = section(HOSTS, "### What keeps our rounds above 1.2x the bound")
+    files = sorted({p.with_suffix(".json") for p in raw_files(text, "comm-floor-*.txt")})
+    assert len(files) == 4
+    table = {r[0]: r[1:] for r in rows(text)}
+    over = {"ssgd": [], "bitsgd": []}
+    unshaped = {"ssgd": [], "bitsgd": [], "stock_fp32": []}
+    stock_bound = []
+    for path in files:
+        record = json.loads(path.read_text())
+        runs = {r["link"]: {s: x["ms"] for s, x in r["systems"].items()} | {"bound": r["fp32_bound_ms"]}
+                for r in record["runs"]}
+        free, slow = runs["none"], runs["1gbit"]
+        bound = slow["bound"]
+        row = ["%.1f" % bound]
+        for s in ("ssgd", "bitsgd"):
+            over[s].append((slow[s] - bound) / free[s])
+            row += ["%.1f" % free[s], "%.1f" % slow[s], "%.1f (%.0f%%)" % (slow[s] - bound, 100 * over[s][-1])]
+        row += ["%.1f" % free["stock_fp32"], "%.1f" % slow["stock_fp32"], "%.1f" % (0.2 * bound)]
+        assert table["%d, %d" % (record["workers"], record["servers"])] == row
+        for s in unshaped:
+            unshaped[s].append(free[s])
+        stock_bound.append(slow["stock_fp32"] / bound)
+    page = " ".join(text.split())
+    assert "take %s ms (S-SGD) and %s ms (BIT-SGD)" % (span(unshaped["ssgd"], "%.1f"), span(unshaped["bitsgd"], "%.1f")) \
+        in page
+    assert "a round exceeds its bound by %s of that time (S-SGD) and %s (BIT-SGD)" % (
+        span([100 * x for x in over["ssgd"]], "%.0f%%").replace("%-", "-"),
+        span([100 * x for x in over["bitsgd"]], "%.0f%%").replace("%-", "-")) in page
+    two_two = table["2, 2"]
+    assert "%s ms at 2 + 2, under a third of S-SGD's unshaped round there (%s ms)" % (two_two[-1], two_two[1]) in page
+    assert 3 * float(two_two[-1]) < float(two_two[1])
+    assert "(%s against %s ms at 2 workers)" % (two_two[1], table["2, 1"][1]) in page
+    assert "unshaped fp32 round takes %s ms, and its 1 Gbit/s round %sx the bound" % (
+        span(unshaped["stock_fp32"], "%.1f"), span(stock_bound, "%.2f")) in page
+
+
 def one_run_cells(heading, pattern):
     """(workers, servers, {system: ms}, fp32 bound, 2-bit bound) of each raw file (one run each)
     that the section `heading` of the per-host page links to by `pattern`."""
