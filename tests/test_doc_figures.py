@@ -578,39 +578,59 @@ def test_the_rank_order_parts_are_their_raw_file():
     assert buckets.RANK_PART_SIZE >= buckets.DEFAULT_BUCKET_SIZE  # (so the rows' bound cuts the parts)
 
 
-def test_the_cycle_figures_are_their_traces():
-    """bench.cycle on the three recorded traces gives the page's figures, and what the raw
-    file printed; the model ratios are the jobs' own."""
+def cycle_record(text, passes):
+    """bench.cycle's figures from the raw file and rank 0's traces that `text` links to (one job
+    per pass): per pass the mean work between 2-bit rounds, its local update, the 2-bit rounds
+    and the corrections in sequence, phi and psi + delta alone, and CD-SGD's step over its model."""
     from cdsgd_mx.bench import cycle
-    page = " ".join(SCALING.split())
-    i = page.index("What CD-SGD's steps add to its rounds")
-    text = page[i:page.index("- **", i)]
     raws = raw_files(text, "cdsgd-cycle-*")
     (raw,) = [r for r in raws if r.suffix == ".txt"]
     traces = sorted(r for r in raws if r.name.endswith(".json.gz"))
-    assert len(traces) == 3
+    assert len(traces) == passes
     found = [cycle.cycles(cycle.load(str(t))) for t in traces]
     two = [[c for c in f if c["kind"] == "2-bit"] for f in found]
     mean = lambda cs, f: statistics.mean(f(c) for c in cs)
-    between = [mean(cs, lambda c: c["wake"] + c["local"] + c["push"]) for cs in two]
-    rounds = [mean(cs, lambda c: c["round"]) for cs in two]
-    corrections = [mean([c for c in f if c["kind"] == "fp32"], lambda c: c["round"]) for f in found]
     jobs = overlap_jobs(raw, r"pass (\d)")
-    assert sorted(jobs) == [(1,), (2,), (3,)]
-    phi, psi = [jobs[(p,)][0] for p in (1, 2, 3)], [jobs[(p,)][1] for p in (1, 2, 3)]
-    ratio = [jobs[(p,)][2]["cdsgd"][0] / jobs[(p,)][2]["cdsgd"][1] for p in (1, 2, 3)]
-    assert "a mean %s ms a step (%s%% of the round; the local update %s ms of it)" % (
-        span(between, "%.1f"), span([100 * b / r for b, r in zip(between, rounds)], "%.1f"),
-        span([mean(cs, lambda c: c["local"]) for cs in two], "%.1f")) in text
-    assert "take a mean %s ms, against %s alone" % (span(rounds, "%.1f"), span(psi, "%.1f")) in text
-    assert "(%s against phi %s)" % (span(corrections, "%.1f"), span(phi, "%.1f")) in text
-    assert max(corrections) < min(phi)  # "less in sequence than alone"
-    assert "measured %s its model in these jobs" % xspan(ratio) in text
-    # the work between rounds is most of the gap: mean step over the model's, against the rounds'
-    gap = [(r - 1) * jobs[(p,)][2]["cdsgd"][1] for p, r in zip((1, 2, 3), ratio)]
-    assert statistics.mean(between) * 4 / 5 > 0.5 * statistics.mean(gap)
+    assert sorted(jobs) == [(p,) for p in range(1, passes + 1)]
+    steps = [jobs[(p,)][2]["cdsgd"] for p in range(1, passes + 1)]
+    record = {"between": [mean(cs, lambda c: c["wake"] + c["local"] + c["push"]) for cs in two],
+              "local": [mean(cs, lambda c: c["local"]) for cs in two],
+              "rounds": [mean(cs, lambda c: c["round"]) for cs in two],
+              "corrections": [mean([c for c in f if c["kind"] == "fp32"], lambda c: c["round"]) for f in found],
+              "phi": [jobs[(p,)][0] for p in range(1, passes + 1)], "psi": [jobs[(p,)][1] for p in range(1, passes + 1)],
+              "ratio": [step / model for step, model in steps], "gap": [step - model for step, model in steps]}
     printed = re.findall(r"^2-bit +[\d.]+ \(([\d.]+)\) +[\d.]+ \(([\d.]+)\)", raw.read_text(), re.M)
-    assert [float(r) for _, r in printed] == [round(r, 1) for r in rounds]
+    assert [float(r) for _, r in printed] == [round(r, 1) for r in record["rounds"]]
+    # the work between rounds is most of the gap: 4 of every k = 5 steps pay it
+    assert statistics.mean(record["between"]) * 4 / 5 > 0.5 * statistics.mean(record["gap"])
+    return record
+
+
+def test_the_cycle_figures_are_their_traces():
+    """bench.cycle on the three recorded traces gives the page's figures, and what the raw
+    file printed; the model ratios are the jobs' own."""
+    page = " ".join(SCALING.split())
+    i = page.index("What CD-SGD's steps add to its rounds")
+    text = page[i:page.index("- **", i)]
+    r = cycle_record(text, 3)
+    assert "a mean %s ms a step (%s%% of the round; the local update %s ms of it)" % (
+        span(r["between"], "%.1f"), span([100 * b / n for b, n in zip(r["between"], r["rounds"])], "%.1f"),
+        span(r["local"], "%.1f")) in text
+    assert "take a mean %s ms, against %s alone" % (span(r["rounds"], "%.1f"), span(r["psi"], "%.1f")) in text
+    assert "(%s against phi %s)" % (span(r["corrections"], "%.1f"), span(r["phi"], "%.1f")) in text
+    assert max(r["corrections"]) < min(r["phi"])  # "less in sequence than alone"
+    assert "measured %s its model in these jobs" % xspan(r["ratio"]) in text
+
+
+def test_resnet50s_cycle_is_its_traces():
+    """The ResNet-50 cells' trace at 2 + 1: bench.cycle's figures and the jobs' gap to the model."""
+    text, _ = scaling_cells("1gbit", "resnet50")
+    page = " ".join(text.split())
+    r = cycle_record(text, 2)
+    assert "between its 2-bit rounds CD-SGD spends a mean %s ms a step (wake, local update, next push; the local " \
+        "update %s ms of it" % (span(r["between"], "%.1f"), span(r["local"], "%.1f")) in page
+    assert "its steps measured %s its model in these jobs, %s ms a step over it" % (
+        xspan(r["ratio"]), span(r["gap"], "%.1f")) in page
 
 
 def test_the_scaling_answers_are_their_raw_files():
