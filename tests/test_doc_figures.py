@@ -171,47 +171,38 @@ def test_what_keeps_our_rounds_above_the_bound_is_its_raw_files():
     text = section(HOSTS, "### What keeps our rounds above 1.2x the bound")
     files = sorted({p.with_suffix(".json") for p in raw_files(text, "comm-floor-*.txt")})
     assert len(files) == 4
-    table = {r[0]: r[1:] for r in rows(text)}
-    over = {"ssgd": [], "bitsgd": []}
-    unshaped = {"ssgd": [], "bitsgd": [], "stock_fp32": []}
-    stock_bound = []
-    beyond, two_servers = {"ssgd": [], "bitsgd": []}, {"ssgd": [], "bitsgd": []}  # cells past 2 + 1: (bound, round)
+    cells = []  # per cell: (workers, servers, bound, {system: ms unshaped}, {system: ms at 1 Gbit/s})
     for path in files:
         record = json.loads(path.read_text())
-        runs = {r["link"]: {s: x["ms"] for s, x in r["systems"].items()} | {"bound": r["fp32_bound_ms"]}
-                for r in record["runs"]}
-        free, slow = runs["none"], runs["1gbit"]
-        bound = slow["bound"]
-        row = ["%.1f" % bound]
-        for s in ("ssgd", "bitsgd"):
-            over[s].append((slow[s] - bound) / free[s])
-            row += ["%.1f" % free[s], "%.1f" % slow[s], "%.1f (%.0f%%)" % (slow[s] - bound, 100 * over[s][-1])]
-        row += ["%.1f" % free["stock_fp32"], "%.1f" % slow["stock_fp32"], "%.1f" % (0.2 * bound)]
-        assert table["%d, %d" % (record["workers"], record["servers"])] == row
-        for s in unshaped:
-            unshaped[s].append(free[s])
-        stock_bound.append(slow["stock_fp32"] / bound)
-        if (record["workers"], record["servers"]) != (2, 1):
-            for s in ("ssgd", "bitsgd"):
-                beyond[s].append((bound, slow[s]))
-                if record["servers"] == 2:
-                    two_servers[s].append((bound, slow[s]))
+        runs = {r["link"]: r for r in record["runs"]}
+        ms = lambda link: {s: x["ms"] for s, x in runs[link]["systems"].items()}
+        cells.append((record["workers"], record["servers"], runs["1gbit"]["fp32_bound_ms"], ms("none"), ms("1gbit")))
+    over = lambda s: [(slow[s] - b) / free[s] for _, _, b, free, slow in cells]  # of the unshaped round
+    table = {r[0]: r[1:] for r in rows(text)}
+    for w, srv, b, free, slow in cells:
+        assert table["%d, %d" % (w, srv)] == ["%.1f" % b] + [
+            x for s in ("ssgd", "bitsgd") for x in ("%.1f" % free[s], "%.1f" % slow[s], "%.1f (%.0f%%)" % (
+                slow[s] - b, 100 * (slow[s] - b) / free[s]))] + \
+            ["%.1f" % free["stock_fp32"], "%.1f" % slow["stock_fp32"], "%.1f" % (0.2 * b)]
     page = " ".join(text.split())
-    assert "take %s ms (S-SGD) and %s ms (BIT-SGD)" % (span(unshaped["ssgd"], "%.1f"), span(unshaped["bitsgd"], "%.1f")) \
+    unshaped = lambda s: [free[s] for _, _, _, free, _ in cells]
+    assert "take %s ms (S-SGD) and %s ms (BIT-SGD)" % (span(unshaped("ssgd"), "%.1f"), span(unshaped("bitsgd"), "%.1f")) \
         in page
-    assert "a round exceeds its bound by %s of that time (S-SGD) and %s (BIT-SGD)" % (
-        span([100 * x for x in over["ssgd"]], "%.0f%%").replace("%-", "-"),
-        span([100 * x for x in over["bitsgd"]], "%.0f%%").replace("%-", "-")) in page
+    assert "a round exceeds its bound by %s of that time (S-SGD) and %s (BIT-SGD)" % tuple(
+        span([100 * x for x in over(s)], "%.0f%%").replace("%-", "-") for s in ("ssgd", "bitsgd")) in page
     two_two = table["2, 2"]
     assert "%s ms at 2 + 2, under a third of S-SGD's unshaped round there (%s ms)" % (two_two[-1], two_two[1]) in page
     assert 3 * float(two_two[-1]) < float(two_two[1])
     assert "(%s against %s ms at 2 workers)" % (two_two[1], table["2, 1"][1]) in page
-    # the unshaped round the goal would allow at the overlap measured: 0.2 bound / (round - bound) of today's
-    cut = lambda s, cells: span([0.2 * b / (r - b) for b, r in cells[s]], "%.2f")
+    # the unshaped round the goal would allow at the overlap measured: 0.2 bound / (round - bound) of today's,
+    # in the cells past 2 + 1 (BIT-SGD's: at 2 servers)
+    cut = lambda s, servers: span([0.2 * b / (slow[s] - b) for w, srv, b, _, slow in cells
+                                   if (w, srv) != (2, 1) and srv in servers], "%.2f")
     assert "needs S-SGD's unshaped round cut to %s of it (BIT-SGD's to %s at 2 servers)" % (
-        cut("ssgd", beyond), cut("bitsgd", two_servers)) in page
+        cut("ssgd", (1, 2)), cut("bitsgd", (2,))) in page
     assert "unshaped fp32 round takes %s ms, and its 1 Gbit/s round %sx the bound" % (
-        span(unshaped["stock_fp32"], "%.1f"), span(stock_bound, "%.2f")) in page
+        span(unshaped("stock_fp32"), "%.1f"),
+        span([slow["stock_fp32"] / b for _, _, b, _, slow in cells], "%.2f")) in page
 
 
 def one_run_cells(heading, pattern):
@@ -457,16 +448,23 @@ def scaling_cells(link, model="inception_bn", heading=None, page=None):
     """The cells of the scaling subsection for a model and link (or under `heading`; of `page`,
     else the scaling section), from the raw JSON it links to (under `heading`, the JSON files),
     with cores busy as bench.scaling computes it today (per job)."""
-    from cdsgd_mx.bench import scaling
     text = section(page or SCALING, heading or "### %s on %s NICs" % ({"resnet50": "ResNet-50"}.get(model) or MODEL[model],
                                                               LINK[link]))
     paths = sorted(set(p.with_suffix(".json") for p in raw_files(text, "scaling-*.txt")))
     assert len(paths) == 1 or heading, paths  # (a subsection of its own may gather runs cell by cell)
-    cells = sorted((c for path in paths for c in json.loads(path.read_text())["cells"]), key=lambda c: c["workers"])
+    cells = scaling_json_cells(paths)
     assert all(c["nic"] == link and c["model"] == model for c in cells), paths
+    return text, cells
+
+
+def scaling_json_cells(paths):
+    """The cells of bench.scaling's JSON files, by workers, with cores busy as bench.scaling
+    computes it today (per job)."""
+    from cdsgd_mx.bench import scaling
+    cells = sorted((c for path in paths for c in json.loads(path.read_text())["cells"]), key=lambda c: c["workers"])
     for c in cells:
         c["cpu_busy"] = scaling.cpu_busy(c)
-    return text, cells
+    return cells
 
 
 R50_AT_16 = "### ResNet-50 at 8 and 16 workers on 1 Gbit/s NICs"
@@ -693,9 +691,7 @@ def test_the_scaling_answers_are_their_raw_files():
     assert max(both) <= 1.15  # "within the goal's 15% in every cell"
     assert min(c["cpu_busy"]["cdsgd_2bit"] for c in slow[2:]) >= scaling.CPU_BOUND  # "from 8 workers ... no verdict"
     (whole,) = set(p.with_suffix(".json") for p in raw_files(SCALING.split("### ")[0], "scaling-inception-bn-1gbit-0592b91.txt"))
-    whole = sorted(json.loads(whole.read_text())["cells"], key=lambda c: c["workers"])
-    for c in whole:
-        c["cpu_busy"] = scaling.cpu_busy(c)
+    whole = scaling_json_cells([whole])
     assert "its step takes %s of its time at `0592b91` (whole buckets: %sx its model, %.0f%% and %.0f%% of the cores busy " \
         "at 8 + 2 and 16 + 4" % (span([a["iter_ms"]["cdsgd_2bit"] / b["iter_ms"]["cdsgd_2bit"] for a, b in zip(slow, whole)], "%.2f"),
                                  span([c["iter_ms"]["cdsgd_2bit"] / c["model_ms"]["cdsgd_2bit"] for c in whole], "%.2f"),
@@ -876,6 +872,7 @@ def r50_before_parts():
 
 def test_the_resnet50_cells_are_their_raw_file():
     """The cells in parts (4ad4083), against those before parts (the history's)."""
+    from cdsgd_mx.bench import scaling
     text, cells = scaling_cells("1gbit", "resnet50")
     assert [(c["workers"], c["servers"]) for c in cells] == [(2, 1), (4, 1)]
     (raw,) = raw_files(text, "scaling-*.txt")
@@ -918,7 +915,6 @@ def test_the_resnet50_cells_are_their_raw_file():
         "both ways %s BIT-SGD both ways" % (ratio("bitsgd_2bit", "bitsgd"), 100 * busy,
                                             span([m["cdsgd_2bit"] / m["bitsgd_2bit"] for m in ms], "%.1fx")
                                             .replace("x-", "-")) in page
-    from cdsgd_mx.bench import scaling
     assert busy >= scaling.CPU_BOUND
     answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
     _, larger = scaling_cells("1gbit", "resnet50", R50_AT_16)
