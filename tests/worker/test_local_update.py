@@ -95,3 +95,47 @@ def test_plain_sgd_runs_natively_bit_for_bit_as_the_updater_and_the_rest_through
         np.testing.assert_array_equal(mine.asnumpy().view(np.uint32), want.asnumpy().view(np.uint32))
         assert sorted(ours.updater.states) == sorted(theirs.updater.states) == [3, 4]
         assert ours.optimizer._index_update_count == theirs.optimizer._index_update_count
+
+
+def test_the_step_from_comm_buf_is_comm_to_loc_then_the_step_bit_for_bit():
+    """CD-SGD's and OD-SGD's local step takes W(t) from comm_buf in the same native pass
+    (step_from_comm): on a set whose runs cross its buckets (an lr_mult of 0.5 in the middle,
+    gradient clipping), loc_buf and the update counts are what comm_to_loc followed by step
+    give; with weight decay the set does not fuse (the Updater steps it)."""
+    from cdsgd_mx.wire import protocol
+    from cdsgd_mx.worker import buckets
+    rng = np.random.default_rng(5)
+    sizes = [300, 500, 200, 700]
+    mults = {0: (1.0, 1.0), 1: (0.5, 1.0), 2: (0.5, 1.0), 3: (1.0, 1.0)}
+
+    def new_set():
+        plan = buckets.plan(list(enumerate(sizes)), 400, 2, 1, protocol.Keys(1))
+        bset = buckets.BucketSet(plan, {k: (n,) for k, n in enumerate(sizes)},
+                                 {k: [mx.nd.zeros(n)] for k, n in enumerate(sizes)}, True, region=4)
+        bset.set_multipliers(lambda key: mults[key])
+        return bset
+
+    w, g = rng.normal(0, 1, sum(sizes)).astype(np.float32), rng.normal(0, 3, sum(sizes)).astype(np.float32)
+    sets, locals_ = [new_set(), new_set()], []
+    for bset in sets:
+        bset.set_comm(np.concatenate([np.append(w[b.offset:b.offset + b.size], np.ones(4, np.float32))
+                                      for b in bset.buckets]))
+        bset.grad_buf[:] = g
+        bset.loc_buf[:] = np.nan
+        local = LocalUpdate("sgd", {"clip_gradient": 0.5})
+        local.bind(mx.optimizer.create("sgd", learning_rate=0.1, rescale_grad=1 / 8))
+        local.set_multipliers(bset)
+        locals_.append(local)
+    fused, plain = sets
+    assert len(fused.buckets) > 2 and len(fused.runs) == 3 and locals_[0].fuses(fused)
+    assert sum(lo < b.offset < hi for lo, hi in fused.run_spans for b in fused.buckets) >= 2  # runs across buckets
+    locals_[0].step_from_comm(fused)
+    plain.comm_to_loc()
+    locals_[1].step(plain)
+    np.testing.assert_array_equal(fused.loc_buf.asnumpy().view(np.uint32), plain.loc_buf.asnumpy().view(np.uint32))
+    assert locals_[0].optimizer._index_update_count == locals_[1].optimizer._index_update_count
+    assert sorted(locals_[0].updater.states) == sorted(locals_[1].updater.states)
+    decayed = LocalUpdate("sgd", {"wd": 1e-4})
+    decayed.bind(mx.optimizer.create("sgd", learning_rate=0.1))
+    decayed.set_multipliers(fused)
+    assert not decayed.fuses(fused)
