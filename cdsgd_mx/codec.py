@@ -143,25 +143,21 @@ def decode_sgd(wire, weight, mom, n, threshold, runs, momentum, rescale_grad, cl
         raise ValueError("wire: %d of its words are not valid ternary16 codes (corrupt payload)" % bad)
 
 
-def sgd(grad, weight, mom, runs, momentum, rescale_grad, clip_gradient=None, threads=None, source=None):
+def sgd(grad, weight, mom, runs, momentum, rescale_grad, clip_gradient=None, threads=None):
     """The server's SGD step of an fp32 round, in place: for each run (begin, end, lr, wd) of
     parameters, MXNet's sgd_mom_update(weight, grad, mom, momentum, lr, wd, rescale_grad,
     clip_gradient), or sgd_update when mom is None; bit for bit MXNet's own kernels, with the
     hyper-parameters rounded to float32 as they receive them, and none of their per-call cost
     (an engine operation, its wait). grad, weight and mom: float32 arrays of one size. Values
     outside every run are left as they are; mom may be longer than weight (its first
-    weight.size values are the state). With source (as many values, apart from weight), weight
-    takes source's values first: a copy and the step in one pass (a worker's local step from
-    W(t) where it was pulled). CPU only."""
+    weight.size values are the state). CPU only."""
     # checked before any NDArray becomes a capsule (see _threshold)
-    if grad.size != weight.size or (mom is not None and mom.size < weight.size) or (
-            source is not None and source.size != weight.size):
-        raise ValueError("sgd: grad has %d values, source %s and mom %s for weight's %d (grad and source: as many, "
-                         "mom: at least as many)" % (grad.size, "none" if source is None else source.size,
-                                                     "none" if mom is None else mom.size, weight.size))
+    if grad.size != weight.size or (mom is not None and mom.size < weight.size):
+        raise ValueError("sgd: grad has %d values and mom %s for weight's %d (grad: as many, mom: at least as many)"
+                         % (grad.size, "none" if mom is None else mom.size, weight.size))
     runs, momentum, rescale_grad, clip = _sgd_hyper(runs, weight.size, momentum, rescale_grad, clip_gradient)
     _native.sgd(_array(grad, False), _array(weight, True), None if mom is None else _array(mom, True), runs,
-                momentum, rescale_grad, clip, _threads(threads), None if source is None else _array(source, False))
+                momentum, rescale_grad, clip, _threads(threads))
 
 
 PULL_LEVEL = _native.PULL_LEVEL          # a 2-bit pull's step: this many times the RMS change

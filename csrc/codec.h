@@ -56,11 +56,8 @@ int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t s
                    int threads);
 // The same SGD step from an fp32 gradient (the server's fp32 rounds): weight[0, n) and mom take
 // MXNet's sgd_mom_update / sgd_update from grad, run by run; values outside every run are left.
-// With a source (nullptr: none), weight[0, n) takes source's values first, then the step: what a
-// copy followed by the step gives, bit for bit, in one pass over memory (a worker's local step,
-// x(t+1) = W(t) - lr g(t), from W(t) where it was pulled).
-void sgd(const float* grad, const float* source, float* weight, float* mom, int64_t n, const SgdRun* runs,
-         int64_t nruns, const SgdHyper& h, int threads);
+void sgd(const float* grad, float* weight, float* mom, int64_t n, const SgdRun* runs, int64_t nruns,
+         const SgdHyper& h, int threads);
 
 // 2-bit pulls (pull_compression.py): V, the weights every worker holds, follows W by the codes
 // of W - V. A bucket's pieces are sorted, disjoint ranges [begin, end) of its values, each with

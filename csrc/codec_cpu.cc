@@ -291,8 +291,6 @@ int64_t count_invalid_words(const uint32_t* wire, int64_t nwords) {
 
 // Thread ranges for value kernels are multiples of 256 values: whole 64-byte lines of codes.
 constexpr int64_t kValueAlign = 256;
-// sgd's chunk with a source: 16 KiB of each of source, grad and weight, well inside L2
-constexpr int64_t kSourceChunk = 4096;
 constexpr int64_t kWordAlign = 16;
 
 }  // namespace
@@ -384,20 +382,13 @@ int64_t decode_sgd(const uint32_t* wire, int64_t rows, int64_t nwords, int64_t s
   return 0;
 }
 
-void sgd(const float* grad, const float* source, float* weight, float* mom, int64_t n, const SgdRun* runs,
-         int64_t nruns, const SgdHyper& h, int threads) {
+void sgd(const float* grad, float* weight, float* mom, int64_t n, const SgdRun* runs, int64_t nruns,
+         const SgdHyper& h, int threads) {
   parallel_for(n, kValueAlign, threads, [&](int64_t b, int64_t e) {
-    // with a source, a chunk small enough to stay in cache is copied and then stepped: one pass
-    // over memory, where a copy of the whole and then the step would be two
-    const int64_t chunk = source == nullptr ? e - b : kSourceChunk;
-    for (int64_t c0 = b; c0 < e; c0 += chunk) {
-      const int64_t c1 = std::min(e, c0 + chunk);
-      if (source != nullptr) std::memcpy(weight + c0, source + c0, (c1 - c0) * sizeof(float));
-      int64_t k = std::upper_bound(runs, runs + nruns, c0, [](int64_t v, const SgdRun& r) { return v < r.end; }) - runs;
-      for (; k < nruns && runs[k].begin < c1; ++k) {
-        const int64_t lo = std::max(c0, runs[k].begin), hi = std::min(c1, runs[k].end);
-        if (lo < hi) sgd_range(grad + lo, weight + lo, mom == nullptr ? nullptr : mom + lo, hi - lo, h, runs[k].lr, runs[k].wd);
-      }
+    int64_t k = std::upper_bound(runs, runs + nruns, b, [](int64_t v, const SgdRun& r) { return v < r.end; }) - runs;
+    for (; k < nruns && runs[k].begin < e; ++k) {
+      const int64_t lo = std::max(b, runs[k].begin), hi = std::min(e, runs[k].end);
+      if (lo < hi) sgd_range(grad + lo, weight + lo, mom == nullptr ? nullptr : mom + lo, hi - lo, h, runs[k].lr, runs[k].wd);
     }
   });
 }

@@ -314,17 +314,11 @@ int64_t decode_sgd(py::handle wire, int64_t rows, int64_t stride, py::handle wei
 
 void sgd(py::handle grad, py::handle weight, py::handle mom,
          const std::vector<std::tuple<int64_t, int64_t, float, float>>& runs, float momentum, float rescale,
-         float clip, int threads, py::handle source) {
+         float clip, int threads) {
   View g = view("grad", kFloat32, grad, false), wt = view("weight", kFloat32, weight, true);
-  View m, src;
-  const bool has_mom = !mom.is_none(), has_source = !source.is_none();
+  View m;
+  const bool has_mom = !mom.is_none();
   if (has_mom) m = view("mom", kFloat32, mom, true);
-  if (has_source) {
-    src = view("source", kFloat32, source, false);
-    check_size("source", src, wt.size, "weight.size");
-    check_no_overlap("source", src, src.size * 4, "weight", wt, wt.size * 4);
-    if (has_mom) check_no_overlap("source", src, src.size * 4, "mom", m, wt.size * 4);
-  }
   check_size("grad", g, wt.size, "weight.size");
   if (has_mom && m.size < wt.size)  // a bucket's momentum may run on over its proof region
     throw py::value_error("mom has " + std::to_string(m.size) + " elements, fewer than weight.size = " +
@@ -334,16 +328,15 @@ void sgd(py::handle grad, py::handle weight, py::handle mom,
     check_no_overlap("grad", g, g.size * 4, "mom", m, wt.size * 4);
     check_no_overlap("weight", wt, wt.size * 4, "mom", m, wt.size * 4);
   }
-  if (g.gpu || wt.gpu || (has_mom && m.gpu) || (has_source && src.gpu))
-    throw py::value_error("sgd runs on the CPU (the server's fp32 step, a worker's local step); got GPU arrays");
+  if (g.gpu || wt.gpu || (has_mom && m.gpu))
+    throw py::value_error("sgd runs on the CPU (the server's side); got GPU arrays");
   const std::vector<cdsgd::SgdRun> rs = sgd_runs(runs, wt.size);
   const cdsgd::SgdHyper h{momentum, rescale, clip};
   auto* gp = static_cast<const float*>(g.data);
   auto* wp = static_cast<float*>(wt.data);
   auto* mp = has_mom ? static_cast<float*>(m.data) : nullptr;
-  auto* sp = has_source ? static_cast<const float*>(src.data) : nullptr;
   py::gil_scoped_release nogil;
-  cdsgd::sgd(gp, sp, wp, mp, wt.size, rs.data(), static_cast<int64_t>(rs.size()), h, threads);
+  cdsgd::sgd(gp, wp, mp, wt.size, rs.data(), static_cast<int64_t>(rs.size()), h, threads);
 }
 
 // A 2-bit pull's step for a piece is finite and > 0 (the server's floor is 1 where W - V is 0).
@@ -699,7 +692,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("mom"), py::arg("n"), py::arg("threshold"), py::arg("runs"), py::arg("momentum"),
         py::arg("rescale"), py::arg("clip"), py::arg("threads") = 0);
   m.def("sgd", &sgd, py::arg("grad"), py::arg("weight"), py::arg("mom"), py::arg("runs"), py::arg("momentum"),
-        py::arg("rescale"), py::arg("clip"), py::arg("threads") = 0, py::arg("source") = py::none());
+        py::arg("rescale"), py::arg("clip"), py::arg("threads") = 0);
   m.def("pull_scales", &pull_scales, py::arg("w"), py::arg("v"), py::arg("pieces"));
   m.def("pull_encode", &pull_encode, py::arg("w"), py::arg("v"), py::arg("pieces"), py::arg("wire"),
         py::arg("threads") = 0);

@@ -256,7 +256,6 @@ class BucketSet:
                 b.down_status = b.down_wire[width - region:width - region + 1] if region else None
             self.down_buf = [b.down_wire for b in buckets]
         self.runs = []                    # the local optimizer's runs (set_multipliers)
-        self.run_spans = []               # and where each is
         self._stages = {}                 # extra device -> its staging views (gather)
         self._scatters = {}               # 'comm' / 'loc' -> (the parameters' arrays, their EngineCopies)
         for b, wire in zip(buckets, self.comm_wires):
@@ -319,7 +318,6 @@ class BucketSet:
         for s in self.slots:
             s.lr_mult, s.wd_mult = (float(m) for m in multipliers(s.key))
         self.runs = []  # (index of the local optimizer = first slot's state id, grad view, loc view)
-        self.run_spans = []  # each run's [begin, end) in the flat buffers
         if self.loc_buf is None:
             return
         start = 0
@@ -328,18 +326,7 @@ class BucketSet:
             if last or (self.slots[i + 1].lr_mult, self.slots[i + 1].wd_mult) != (s.lr_mult, s.wd_mult):
                 first, end = self.slots[start], s.offset + s.size
                 self.runs.append((first.state_id, self.grad_buf[first.offset:end], self.loc_buf[first.offset:end]))
-                self.run_spans.append((first.offset, end))
                 start = i + 1
-
-    def runs_by_bucket(self, rates):
-        """[(bucket, [(begin, end, rate, 0.0)])]: the runs, the i-th at rates[i], cut where the
-        buckets are, in each bucket's own offsets (a local step from comm_buf, an array per bucket)."""
-        out = []
-        for b in self.buckets:
-            runs = [(max(lo, b.offset) - b.offset, min(hi, b.offset + b.size) - b.offset, rate, 0.0)
-                    for (lo, hi), rate in zip(self.run_spans, rates) if lo < b.offset + b.size and hi > b.offset]
-            out.append((b, runs))
-        return out
 
     def gather(self, grads):
         """grad_buf = the gradients {key: [array per device]}, summed over the devices: nothing

@@ -66,42 +66,23 @@ class LocalUpdate:
         the Updater for Inception-BN's 1.65 M values, time the next forward waited for);
         anything else goes through MXNet's Updater."""
         for index, grad, loc in bset.runs:
-            if self._plain(index, loc):
-                codec.sgd(grad, loc, None, [(0, loc.size, self._count(index, loc), 0.0)], 0.0,
-                          self.optimizer.rescale_grad, self.optimizer.clip_gradient or None)
-            else:
+            if not self._native(index, grad, loc):
                 self.updater(index, grad, loc)
 
-    def fuses(self, bset):
-        """Whether every run of the set is plain SGD (see step): then step_from_comm can take
-        W(t) from comm_buf in the same pass."""
-        return bool(bset.runs) and all(self._plain(index, loc) for index, _, loc in bset.runs)
-
-    def step_from_comm(self, bset):
-        """loc_buf = W(t) from comm_buf, then the local step: both in one native pass per bucket
-        (codec.sgd with a source), bit for bit comm_to_loc followed by step. Where fuses(bset).
-        ResNet-50's 25.6 M values: 15 ms, against 9 ms for the copy and 10.5 for the step."""
-        rates = [self._count(index, loc) for index, _, loc in bset.runs]
-        for b, runs in bset.runs_by_bucket(rates):
-            codec.sgd(b.grad, b.loc, None, runs, 0.0, self.optimizer.rescale_grad, self.optimizer.clip_gradient or None,
-                      source=b.comm)
-
-    def _plain(self, index, loc):
-        """Is the run's step plain SGD on float32 CPU values (one native pass)?"""
+    def _native(self, index, grad, loc):
+        """The run's step as one native pass, where it is plain SGD; False where it is not."""
         from mxnet.optimizer import SGD
         opt = self.optimizer
-        return not (type(opt) is not SGD or opt.momentum or opt.multi_precision or loc.dtype != np.float32
-                    or loc.context.device_type != "cpu" or opt._get_wds([index])[0] != 0)
-
-    def _count(self, index, loc):
-        """A native step of run `index`, as the Updater counts it: its (empty) state, its
-        update count; returns its learning rate now."""
-        opt = self.optimizer
+        if (type(opt) is not SGD or opt.momentum or opt.multi_precision or loc.dtype != np.float32
+                or loc.context.device_type != "cpu" or opt._get_wds([index])[0] != 0):
+            return False
         if index not in self.updater.states:  # as the Updater keeps it (checkpoints save it)
             self.updater.states[index] = opt.create_state_multi_precision(index, loc)
             self.updater.states_synced[index] = True
         opt._update_count(index)
-        return opt._get_lrs([index])[0]
+        codec.sgd(grad, loc, None, [(0, loc.size, opt._get_lrs([index])[0], 0.0)], 0.0, opt.rescale_grad,
+                  opt.clip_gradient or None)
+        return True
 
     def set_learning_rate(self, lr):
         self.optimizer.set_learning_rate(lr)

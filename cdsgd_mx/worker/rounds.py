@@ -217,7 +217,7 @@ class RoundRunner:
     def _kept_gradient(self, bset, b, t):
         """Where g(t) of a bucket still is for an fp32 round sent again: in grad_buf for a
         synchronous step (the main thread waits for this round before the next backward), in
-        loc_buf for a delayed one (free until the next step's local step: push keeps g(t)
+        loc_buf for a delayed one (free until the next step's comm_to_loc: push keeps g(t)
         there, one copy per delayed fp32 round, since MXNet pulls into the array pushed). With
         device-resident buckets, in dev_comm (nothing is pulled into it; the next step's
         grad_to_comm waits for this round to be ready)."""

@@ -91,18 +91,13 @@ class StepEngine:
     def _delayed_step(self, bset, t, held):
         """x(t+1) = W(t) - local step with g(t); round t goes on in the background. held:
         parameters not updated at this step (x(t+1) = W(t) for them)."""
-        fused = not held and self.local.fuses(bset)  # (held parameters keep W(t): copied first)
         with self.tracer.span("wait W(t)", step=t):
             if self._in_flight.get(bset) is not None:
                 self.comm.wait(self._in_flight[bset])  # W(t) is (being) pulled into comm_buf
-            if not fused:
-                bset.comm_to_loc()                 # the engine orders this after that pull
+            bset.comm_to_loc()                     # the engine orders this after that pull
         with self.tracer.span("local update", step=t):
             restore = bset.hold_loc(held) if held else None
-            if fused:                              # eq. 11, loc_buf = W(t) in the same pass
-                self.local.step_from_comm(bset)    # (it waits for the pull into comm_buf)
-            else:
-                self.local.step(bset)              # eq. 11
+            self.local.step(bset)                  # eq. 11
             if restore:
                 restore()
             bset.scatter("loc")

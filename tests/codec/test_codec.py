@@ -546,12 +546,9 @@ def test_decode_sgd_refuses_a_corrupt_payload_before_changing_anything():
 @pytest.mark.parametrize("n,cuts", [(17, []), (70001, [3, 4095, 4097, 40000, 69990]),
                                     ((1 << 18) + 4096 + 17, [5000, (1 << 18) - 1, (1 << 18) + 1])])
 @pytest.mark.parametrize("momentum,clip", [(0.9, None), (0.9, 0.02), (0.0, None), (0.0, 0.05)])
-@pytest.mark.parametrize("from_source", [False, True])
-def test_sgd_is_mxnets_sgd_bit_for_bit(n, cuts, momentum, clip, from_source):
+def test_sgd_is_mxnets_sgd_bit_for_bit(n, cuts, momentum, clip):
     """The server's fp32 step: runs with their own rates (one with a gap before it, left alone),
-    on one and two threads, equal to MXNet's sgd_mom_update / sgd_update bit for bit. From a
-    source (a worker's local step from W(t) where it was pulled), weight takes the source's
-    values first, the gap's too, in chunks of 4096 values, and the source is left as it was."""
+    on one and two threads, equal to MXNet's sgd_mom_update / sgd_update bit for bit."""
     rng = np.random.RandomState(n + len(cuts))
     runs = runs_with_a_gap(rng, n, cuts)
     g = rng.normal(0, 1, n).astype(np.float32)
@@ -560,30 +557,9 @@ def test_sgd_is_mxnets_sgd_bit_for_bit(n, cuts, momentum, clip, from_source):
     want_w, want_m = mxnet_sgd(g, w0, m0, runs, momentum, 1 / 32, clip)
     for threads in (1, 2):
         w, m = w0.copy(), (m0.copy() if m0 is not None else None)
-        source = w0.copy() if from_source else None
-        if from_source:
-            w[:] = np.nan
-        codec.sgd(g, w, m, runs, momentum, 1 / 32, clip, threads=threads, source=source)
+        codec.sgd(g, w, m, runs, momentum, 1 / 32, clip, threads=threads)
         assert_same_step(w, m, want_w, want_m)
-        if from_source:
-            np.testing.assert_array_equal(bits(source), bits(w0))
     assert_the_gap_kept(runs, w, w0)
-
-
-def test_sgd_from_a_source_on_ndarray_views_and_its_refusals():
-    mx = pytest.importorskip("mxnet")
-    n = 5000
-    g0, s0 = np.linspace(-2, 2, n).astype(np.float32), np.linspace(1, 2, n + 7).astype(np.float32)
-    want_w, _ = mxnet_sgd(g0, s0[:n], None, [(0, n, 0.1, 0.0)], 0.0, 1.0, None)
-    G, S, W = mx.nd.array(g0), mx.nd.array(s0), mx.nd.zeros((n,))
-    codec.sgd(G, W, None, [(0, n, 0.1, 0.0)], 0.0, 1.0, source=S[0:n])
-    np.testing.assert_array_equal(bits(W.asnumpy()), bits(want_w))
-    w = np.ones(n, np.float32)
-    with pytest.raises(ValueError, match="source 5007"):
-        codec.sgd(g0, w, None, [(0, n, 0.1, 0.0)], 0.0, 1.0, source=s0)
-    with pytest.raises(ValueError, match="source and weight must not share memory"):
-        codec.sgd(g0, w, None, [(0, n, 0.1, 0.0)], 0.0, 1.0, source=w)
-    np.testing.assert_array_equal(w, np.ones(n, np.float32))  # refused before anything changed
 
 
 def test_sgd_on_ndarray_views_writes_their_memory_and_refuses_bad_input():

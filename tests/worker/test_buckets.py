@@ -250,11 +250,10 @@ def test_gradients_are_bound_to_the_buckets_and_each_step_works_per_bucket(monke
     # an fp32 round is one pushpull per bucket (W comes back as its answer); a compressed one
     # pushes the codes and pulls W
     assert calls["pushpull"] == 2 * n_buckets and calls["pull"] == 2 * n_buckets
-    # per delayed step on the main thread: comm_buf = g, one copy per bucket (comm_buf is an
-    # array per bucket, so that the buckets' rounds are in flight together), and one copy per
-    # parameter into its data (what forward reads); loc_buf takes W in the local step's own pass
-    # (plain SGD: step_from_comm), and no copy gathers the gradients
-    assert calls["copy"] == 4 * (n_buckets + len(plist))
+    # per delayed step on the main thread: comm_buf = g and loc_buf = W, one copy per bucket each
+    # (comm_buf is an array per bucket, so that the buckets' rounds are in flight together), and
+    # one copy per parameter into its data (what forward reads); no copy gathers the gradients
+    assert calls["copy"] == 4 * (2 * n_buckets + len(plist))
 
 
 def test_a_fused_parameter_left_out_of_a_step_is_refused():

@@ -36,22 +36,16 @@ class FakeRounds:
 
 
 class FakeLocal:
-    def __init__(self, log, fuses=False):
-        self.log, self.fused = log, fuses
-
-    def fuses(self, bset):
-        return self.fused
+    def __init__(self, log):
+        self.log = log
 
     def step(self, bset):
         self.log.add(("local update",))
 
-    def step_from_comm(self, bset):
-        self.log.add(("local update from comm",))
 
-
-def engine(alg="cdsgd", warmup=2, k=2, fuses=False):
+def engine(alg="cdsgd", warmup=2, k=2):
     log = Log()
-    e = StepEngine(FakeRounds(log, Schedule(alg, warmup, k)), FakeLocal(log, fuses), Tracer(None))
+    e = StepEngine(FakeRounds(log, Schedule(alg, warmup, k)), FakeLocal(log), Tracer(None))
     e.driven_by_trainer = True
     return e, log, FakeSet(log)
 
@@ -84,27 +78,6 @@ def test_a_delayed_step_waits_for_the_previous_round_and_returns_with_its_own_in
     assert ("scatter", "loc") in log and ("scatter", "comm") not in log  # x(t+1) from loc_buf, never W
     # step 1 began with round 0 done (its check ran before step 1's comm_to_loc)
     assert log.index(("check", 0)) < [i for i, x in enumerate(log) if x[0] == "comm_to_loc"][1]
-    e.close()
-
-
-def test_a_plain_sgd_step_takes_w_from_comm_buf_in_its_own_pass_unless_parameters_are_held():
-    """Where the local step fuses (plain SGD), W(t) is not copied into loc_buf first: the step
-    reads comm_buf. Held parameters keep W(t) through a copy of loc_buf, so they need it there."""
-    e, log, bset = engine("cdsgd", warmup=1, fuses=True)
-    for _ in range(2):
-        e.step(bset)
-        e.finish_step()
-    e.wait_all([])
-    order = [x[0] for x in log]
-    assert "comm_to_loc" not in order and "local update" not in order
-    assert order[:4] == ["local update from comm", "scatter", "grad_to_comm", "push"]
-    assert log.index(("check", 0)) < [i for i, x in enumerate(log) if x[0] == "local update from comm"][1]
-    log.clear()
-    e.step(bset, held=["p2"])
-    e.finish_step()
-    e.wait_all([])
-    order = [x[0] for x in log]
-    assert order[:3] == ["comm_to_loc", "hold_loc", "local update"] and "local update from comm" not in order
     e.close()
 
 
