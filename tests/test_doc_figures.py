@@ -631,6 +631,23 @@ def test_resnet50s_cycle_is_its_traces():
         xspan(r["ratio"]), span(r["gap"], "%.1f")) in page
 
 
+def test_the_fused_local_step_taken_out_is_its_raw_file():
+    """The fused local step (420d10c) against the commit before, in turns: the local update's
+    median between 2-bit rounds per pass, as bench.cycle printed it, and no pass of the fusion
+    below the faster pass before it (nothing gained: why it was taken out)."""
+    text, _ = scaling_cells("1gbit", "resnet50")
+    page = " ".join(text.split())
+    (raw,) = raw_files(text, "fused-local-step-*")
+    local = {}
+    for tree, n, body in re.findall(r"^=== (wto|wts) pass (\d) .*?\n(.*?)(?=^===|\Z)", raw.read_text(), re.M | re.S):
+        (row,) = re.findall(r"^2-bit +[\d.]+ \([\d.]+\) +[\d.]+ \([\d.]+\) +[\d.]+ \([\d.]+\) +([\d.]+) \(", body, re.M)
+        local[tree, int(n)] = float(row)
+    assert sorted(local) == [("wto", 1), ("wto", 2), ("wts", 1), ("wts", 2)]
+    assert "the local update between 2-bit rounds took %.1f and %.1f ms (median per pass) against %.1f and %.1f" % (
+        local["wts", 1], local["wts", 2], local["wto", 1], local["wto", 2]) in page
+    assert min(local["wts", 1], local["wts", 2]) >= min(local["wto", 1], local["wto", 2])
+
+
 def test_the_scaling_answers_are_their_raw_files():
     from cdsgd_mx.bench import scaling
     from cdsgd_mx.bench.overlap import job_of
