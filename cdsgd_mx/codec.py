@@ -69,25 +69,6 @@ def _array(x, write):
     return x
 
 
-class _HostCapsule:
-    """A DLPack capsule of host memory as numpy.from_dlpack takes it."""
-
-    def __init__(self, capsule):
-        self.capsule = capsule
-
-    def __dlpack__(self, stream=None):
-        return self.capsule
-
-    def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU
-
-
-def numpy_of(capsule):
-    """A DLPack capsule of host memory (e.g. NDArray.to_dlpack_for_read()) as a numpy array on
-    the same memory (read-only: numpy marks what it takes from DLPack so)."""
-    return np.from_dlpack(_HostCapsule(capsule))
-
-
 def quantize(grad, residual, packed, threshold, threads=None, codes_to=None):
     """residual += grad; write codes into packed; residual -= decoded codes. With codes_to (host
     memory of packed's size), the codes are copied there too, in the same wait on a GPU.

@@ -7,8 +7,6 @@ API: GlobalUpdate().set_optimizer(opt) / register(wk, slots) / set_multipliers(p
 skip_next(ids) / apply_sum(wk, weight, grad) / apply_codes(pk, wk, weight, wire, n, threshold) /
 states() / restore(optimizer, states); optimizer, updater.
 """
-import ctypes
-
 import numpy as np
 
 from cdsgd_mx import codec
@@ -26,13 +24,12 @@ class GlobalUpdate:
         self.summing = set()      # weight keys that hold the workers' summed gradient (the workers update)
         self._decoded = {}        # payload key -> the decoded sum of the workers' codes
         self._momentum = {}       # weight key -> SGD's flat momentum (per-parameter states are its views)
-        self._host_momentum = {}  # weight key -> that momentum as numpy on the same memory (_native_momentum)
         self.parts = {}           # a part's weight key -> (its bucket's weight key, begin, end, the bucket's size)
 
     # -- configuration ------------------------------------------------------------------
     def set_optimizer(self, optimizer):
         import mxnet as mx
-        self._momentum, self._host_momentum = {}, {}
+        self._momentum = {}
         self.optimizer = optimizer
         self.updater = mx.optimizer.get_updater(optimizer)
         self._apply_multipliers()
@@ -73,7 +70,7 @@ class GlobalUpdate:
         """The optimizer (None where the workers update) and its states, as read_states gives them."""
         if optimizer is not None:
             self.set_optimizer(optimizer)
-        self._momentum, self._host_momentum = {}, {}  # rebuilt from the restored states at the next update
+        self._momentum = {}  # rebuilt from the restored states at the next update
         for k, v in states.items() if self.updater else ():
             self.updater.states[k] = v
             self.updater.states_synced[k] = True
@@ -97,7 +94,7 @@ class GlobalUpdate:
             # SGD's step taken from it (tags skipped), bit for bit what decode_sum and MXNet's
             # own kernel give; the decoded gradient is never stored
             opt = self.optimizer
-            mom = self._native_momentum(wk, weight) if opt.momentum > 0 else None
+            mom = self._flat_momentum(wk, weight) if opt.momentum > 0 else None
             codec.decode_sgd(wire, weight, mom, n, threshold, self._sgd_runs(wk, n), opt.momentum,
                              opt.rescale_grad, opt.clip_gradient or None)
             self._skipped(wk, n)
@@ -159,7 +156,7 @@ class GlobalUpdate:
         if weight.dtype == np.float32 and weight.context.device_type == "cpu":
             # one native pass, bit for bit MXNet's kernel: a server's fp32 round of many small
             # partitions spent about 0.4 ms per bucket on the kernel's invocation and its wait
-            mom = self._native_momentum(wk, weight) if opt.momentum > 0 else None
+            mom = self._flat_momentum(wk, weight) if opt.momentum > 0 else None
             codec.sgd(grad, weight, mom, runs, opt.momentum, opt.rescale_grad, opt.clip_gradient or None)
             self._skipped(wk, weight.size)
             return
@@ -214,21 +211,6 @@ class GlobalUpdate:
                 self.updater.states_synced[i] = True
             self._momentum[wk] = flat
         return flat
-
-    def _native_momentum(self, wk, weight):
-        """The bucket's flat momentum for the native steps (codec.sgd, codec.decode_sgd): a
-        writable numpy array on its memory, made once, after the engine's writes (the states
-        gathered in). An NDArray handed over as a writable DLPack capsule costs an engine round
-        trip every time (an empty write pushed, then waited for): about an eighth of a server's
-        main thread on Inception-BN's fp32 round in 2^16-value buckets. Once made, only these
-        native steps write the momentum (a checkpoint reads it; a new optimizer or a restore
-        makes it anew, and this with it)."""
-        if wk not in self._host_momentum:
-            flat = self._flat_momentum(wk, weight)
-            shown = codec.numpy_of(flat.to_dlpack_for_write())  # read-only, as numpy shows a capsule
-            memory = (ctypes.c_float * flat.size).from_address(shown.__array_interface__["data"][0])
-            self._host_momentum[wk] = (np.frombuffer(memory, np.float32), flat, shown)  # (the memory's owners kept)
-        return self._host_momentum[wk][0]
 
     def _decoded_sum(self, pk, n, wire, threshold, ctx):
         """The sum of every worker's decoded row of payload key pk (one native call, tags

@@ -528,10 +528,23 @@ def rows_view(grad):
     return nd.from_dlpack(grad.to_dlpack_for_read())
 
 
+class _Capsule:
+    """A DLPack capsule of host memory as numpy.from_dlpack takes it."""
+
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, stream=None):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
 def rows_numpy(grad):
     """rows_view's rows as a numpy array on the same memory (grad.data and asnumpy made two
     copies: about 0.1 ms a bucket of Inception-BN's 2-bit round); valid while the handler runs."""
-    return codec.numpy_of(grad.to_dlpack_for_read())
+    return np.from_dlpack(_Capsule(grad.to_dlpack_for_read()))
 
 
 def message_text(body):
