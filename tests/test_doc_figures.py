@@ -631,6 +631,45 @@ def test_resnet50s_cycle_is_its_traces():
         xspan(r["ratio"]), span(r["gap"], "%.1f")) in page
 
 
+def ab_rounds(raw, before, after):
+    """{(cell, link, system): the median job of `after` / that of `before`}, from bench.comm
+    runs of two worktrees in turns (a section '=== TREE CELL ...' per run)."""
+    parts = re.split(r"^=== (\w+) (\w+s) .*$", raw.read_text(), flags=re.M)
+    jobs = {}
+    for tree, cell, body in zip(parts[1::3], parts[2::3], parts[3::3]):
+        for link, line in re.findall(r"inception_bn (\w+)/hosts each job \(the table: the median job\): (.*)", body):
+            for system, values in re.findall(r"(\w+) ([\d./]+)", line):
+                jobs[tree, cell, link, system] = [float(v) for v in values.split("/")]
+    ratios = {(c, l, s): statistics.median(v) / statistics.median(jobs[before, c, l, s])
+              for (t, c, l, s), v in jobs.items() if t == after}
+    assert len(ratios) == 4 * 2 * 3  # 4 cells, unshaped and 1 Gbit/s, 3 systems
+    return ratios
+
+
+def test_the_servers_cpu_figures_are_their_raw_files():
+    """Servers keeping freed memory (d94c00c) and the momentum as numpy (5719cdd, taken out),
+    each against the commit before in turns: the rounds' ratios by link, and the server's CPU
+    per round from the ticks at 100 and 600 rounds."""
+    text = " ".join(section(PERFORMANCE, "### What keeps our rounds above 1.2x the bound").split())
+    (kept,) = raw_files(text, "comm-keep-freed-*")
+    (mom,) = raw_files(text, "comm-momentum-numpy-*")
+    freed, numpy_mom = ab_rounds(kept, "wto", "wts"), ab_rounds(mom, "wts", "wtn")
+    by = lambda ratios, link: [r for (_, l, _), r in ratios.items() if l == link]
+    ticks = {}
+    for tree, rounds, n in re.findall(r"^(wto|wts) (100|600) ssgd server_cpu_ticks=(\d+)", kept.read_text(), re.M):
+        ticks.setdefault((tree, rounds), []).append(int(n))
+    cpu = {tree: [10 * (b - a) / 500 for a, b in zip(ticks[tree, "100"], ticks[tree, "600"])] for tree in ("wto", "wts")}
+    assert len(cpu["wto"]) == len(cpu["wts"]) == 2
+    assert "the server's CPU per round of that S-SGD round took %s ms against %s" % (
+        span(cpu["wts"], "%.1f"), span(cpu["wto"], "%.1f")) in text
+    assert "took %s of their time (median %.2f), the 1 Gbit/s rounds %s:" % (
+        span(by(freed, "none"), "%.2f"), statistics.median(by(freed, "none")), span(by(freed, "1gbit"), "%.2f")) in text
+    assert "unshaped rounds %s of their time, 1 Gbit/s %s," % (
+        span(by(numpy_mom, "none"), "%.2f"), span(by(numpy_mom, "1gbit"), "%.2f")) in text
+    assert max(by(freed, "1gbit") + by(numpy_mom, "1gbit")) < 1.05  # "on these links the wire hides it"
+    assert statistics.median(by(freed, "none")) < 1 and max(cpu["wts"]) < max(cpu["wto"])
+
+
 def test_the_fused_local_step_taken_out_is_its_raw_file():
     """The fused local step (420d10c) against the commit before, in turns: the local update's
     median between 2-bit rounds per pass, as bench.cycle printed it, and no pass of the fusion
