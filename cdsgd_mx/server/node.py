@@ -114,7 +114,9 @@ def keep_freed_memory():
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_TRIM_THRESHOLD, KEEP_FREED)) & bool(mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE))
+    trimmed = mallopt(M_TRIM_THRESHOLD, KEEP_FREED)  # (each tried, whatever the other gives: 1 = taken)
+    mapped = mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE)
+    return trimmed == 1 and mapped == 1
 
 
 def die(context):
