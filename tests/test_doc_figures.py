@@ -576,6 +576,13 @@ def test_the_rank_order_parts_are_their_raw_file():
     assert buckets.RANK_PART_SIZE >= buckets.DEFAULT_BUCKET_SIZE  # (so the rows' bound cuts the parts)
 
 
+def cycle_printed(text):
+    """bench.cycle's printed 2-bit rows in `text`, in order, each as {part: (median, mean)}."""
+    from cdsgd_mx.bench import cycle
+    return [dict(zip(cycle.PARTS, [(float(a), float(b)) for a, b in re.findall(r"([\d.]+) \(([\d.]+)\)", row)]))
+            for row in re.findall(r"^2-bit((?: +[\d.]+ \([\d.]+\))+)", text, re.M)]
+
+
 def cycle_record(text, passes):
     """bench.cycle's figures from the raw file and rank 0's traces that `text` links to (one job
     per pass): per pass the mean work between 2-bit rounds, its local update, the 2-bit rounds
@@ -597,8 +604,7 @@ def cycle_record(text, passes):
               "corrections": [mean([c for c in f if c["kind"] == "fp32"], lambda c: c["round"]) for f in found],
               "phi": [jobs[(p,)][0] for p in range(1, passes + 1)], "psi": [jobs[(p,)][1] for p in range(1, passes + 1)],
               "ratio": [step / model for step, model in steps], "gap": [step - model for step, model in steps]}
-    printed = re.findall(r"^2-bit +[\d.]+ \(([\d.]+)\) +[\d.]+ \(([\d.]+)\)", raw.read_text(), re.M)
-    assert [float(r) for _, r in printed] == [round(r, 1) for r in record["rounds"]]
+    assert [row["round"][1] for row in cycle_printed(raw.read_text())] == [round(r, 1) for r in record["rounds"]]
     # the work between rounds is most of the gap: 4 of every k = 5 steps pay it
     assert statistics.mean(record["between"]) * 4 / 5 > 0.5 * statistics.mean(record["gap"])
     return record
@@ -679,8 +685,8 @@ def test_the_fused_local_step_taken_out_is_its_raw_file():
     (raw,) = raw_files(text, "fused-local-step-*")
     local = {}
     for tree, n, body in re.findall(r"^=== (wto|wts) pass (\d) .*?\n(.*?)(?=^===|\Z)", raw.read_text(), re.M | re.S):
-        (row,) = re.findall(r"^2-bit +[\d.]+ \([\d.]+\) +[\d.]+ \([\d.]+\) +[\d.]+ \([\d.]+\) +([\d.]+) \(", body, re.M)
-        local[tree, int(n)] = float(row)
+        (row,) = cycle_printed(body)
+        local[tree, int(n)] = row["local"][0]
     assert sorted(local) == [("wto", 1), ("wto", 2), ("wts", 1), ("wts", 2)]
     assert "the local update between 2-bit rounds took %.1f and %.1f ms (median per pass) against %.1f and %.1f" % (
         local["wts", 1], local["wts", 2], local["wto", 1], local["wto", 2]) in page
