@@ -18,14 +18,12 @@ from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.worker.backends import MAX_RESENDS, dropped
 from cdsgd_mx.wire.pull_compression import PULL_2BIT, PULL_FP32
 
-# Bytes of fp32 pushes a worker keeps in flight to each server (pushed, W not yet back), as
-# BytePS's credit: a bucket's push follows the W of the oldest ones to its server. Unwindowed,
-# the workers' TCP flows into a server's NIC do not share it evenly; the server can answer a
-# bucket only once the slowest worker's push of it is in, so its pulls fall behind and the round
-# ends in a tail of them. Chosen by measurement (docs/performance.md, "A window of pushes in
-# flight"): ResNet-50's fp32 round at 4 workers + 1 server on 1 Gbit/s NICs 3.9-4.1 s -> 3.6 s
-# (the bound: 3.27 s). Per server, since one window over every server's pushes left each of 2
-# servers half of it: ResNet-50 at 2 + 2 973-998 ms a round, 932-948 with twice the window.
+# Bytes of fp32 pushes a worker keeps in flight (pushed, W not yet back), as BytePS's credit: a
+# bucket's push follows the W of the oldest ones. Unwindowed, the workers' TCP flows into a
+# server's NIC do not share it evenly; the server can answer a bucket only once the slowest
+# worker's push of it is in, so its pulls fall behind and the round ends in a tail of them.
+# Chosen by measurement (docs/performance.md, "A window of pushes in flight"): ResNet-50's fp32
+# round at 4 workers + 1 server on 1 Gbit/s NICs 3.9-4.1 s -> 3.6 s (the bound: 3.27 s).
 PUSH_WINDOW = 2 << 20
 # ... but never fewer buckets than this in flight: 2 of CD-SGD's 4 MiB buckets at a time took
 # ResNet-50's round from 3.9 s to 6.2 s (one bucket's pull, then the next one's push)
@@ -33,23 +31,22 @@ MIN_IN_FLIGHT = 4
 
 
 class PushWindow:
-    """The fp32 pushes of step t's round in flight, a window per server: behind(b, nbytes)
-    returns the earlier buckets on b's server whose W bucket b's push must follow (none while
-    that server's window has room; window 0: none ever) and counts b in flight."""
+    """The fp32 pushes of step t's round in flight: behind(b, nbytes) returns the earlier
+    buckets whose W bucket b's push must follow (none while the window has room; window 0:
+    none ever) and counts b in flight."""
 
     def __init__(self, window):
         self.window = window
-        self.flight, self.bytes = {}, {}  # server -> [(bucket, bytes)] in flight, and their bytes
+        self.flight, self.bytes = [], 0
 
     def behind(self, b, nbytes):
-        flight, s = self.flight.setdefault(b.server, []), b.server
         earlier = []
-        while self.window and len(flight) >= MIN_IN_FLIGHT and self.bytes[s] >= self.window:
-            oldest, size = flight.pop(0)
+        while self.window and len(self.flight) >= MIN_IN_FLIGHT and self.bytes >= self.window:
+            oldest, size = self.flight.pop(0)
             earlier.append(oldest)
-            self.bytes[s] -= size
-        flight.append((b, nbytes))
-        self.bytes[s] = self.bytes.get(s, 0) + nbytes
+            self.bytes -= size
+        self.flight.append((b, nbytes))
+        self.bytes += nbytes
         return earlier
 
 

@@ -200,24 +200,6 @@ def test_an_fp32_round_keeps_its_window_of_pushes_in_flight():
     assert [c[0] for c in backend.calls if c[0] in ("pushpull", "push_after")] == ["pushpull"] * 10
 
 
-def test_each_server_has_a_window_of_its_own():
-    """Buckets alternating between 2 servers, a window of 480 B (3 buckets, floor 4) per server:
-    the first 4 pushes to each server go at once (8 in all), and each later one is held behind
-    the W of the bucket 4 before it on its own server (8 before it in the round), never behind
-    the other server's."""
-    backend = FakeBackend()
-    bset, rounds = windowed(backend, 14, 480)
-    for i, b in enumerate(bset.buckets):
-        b.server = i % 2
-    rounds.push(bset, 0)
-    got = [(c[0], c[1]) if c[0] == "pushpull" else (c[0], [w.key for w in c[1]], c[2].key)
-           for c in backend.calls if c[0] in ("pushpull", "push_after")]
-    want = [("pushpull", 10 + i) for i in range(8)]
-    for i in range(8, 14):
-        want += [("push_after", [10 + i - 8], 10 + i), ("pushpull", 10 + i)]
-    assert got == want
-
-
 def test_a_rows_push_waits_for_its_window_here():
     """fp32_sum='rank': a rows push copies comm_wire synchronously, so the communication thread
     waits for the earlier W itself (in order), before the copy."""
