@@ -1426,6 +1426,61 @@ def test_the_holds_at_two_servers_are_their_raw_file():
         "for the thread's hold in the same runs" % (span(ratios("engine"), "%.2f"), pair("thread")) in answers
 
 
+def window_jobs(raw):
+    """{(first, second, system, cell): [ms per job, in order]} from a raw file of single
+    bench.comm jobs, each under '=== FIRST SECOND CELL pass N'."""
+    jobs = {}
+    for a, b, cell, body in re.findall(r"^=== (\S+) (\S+) (\w+) pass \d\n(.*?)(?=^===|\Z)", raw.read_text(), re.M | re.S):
+        for system, ms in re.findall(r"^\[\d+/\d+\] \w+ 1gbit/hosts (\w+) \.\.\. ([\d.]+) ms", body, re.M):
+            jobs.setdefault((a, b, system, cell), []).append(float(ms))
+    return jobs
+
+
+def test_the_window_per_server_taken_out_is_its_raw_files():
+    """ResNet-50's S-SGD round at 2 servers with windows of 2, 4 and 8 MiB (single jobs), then a
+    window per server against one over all in turns: every span and ratio recomputed, with the
+    reasons the page gives for taking it out."""
+    from cdsgd_mx.bench.comm_systems import build_model
+    from cdsgd_mx.wire import protocol
+    from cdsgd_mx.worker import buckets
+    text = section(HOSTS, "### A window of pushes in flight")
+    page = " ".join(text.replace("**", "").split())
+    (sizes,) = raw_files(text, "push-window-2servers-resnet50-*.txt")
+    (ab,) = raw_files(text, "push-window-per-server-*.txt")
+    size = window_jobs(sizes)
+    assert all(len(v) == 3 for v in size.values()) and len(size) == 8
+    assert "at 2 + 2 took %s ms with 2 MiB in all, %s with 4 MiB and %s with 8 MiB (stock fp32 %s); at 4 + 2 the " \
+        "three sizes overlapped (%s ms;" % (
+            *(span(size["ssgd", "%dMiB" % m, "ssgd", "2w2s"], "%.1f") for m in (2, 4, 8)), span(size["stock", "-", "stock_fp32", "2w2s"], "%.1f"),
+            span([v for m in (2, 4, 8) for v in size["ssgd", "%dMiB" % m, "ssgd", "4w2s"]], "%.1f")) in page
+    assert min(size["ssgd", "2MiB", "ssgd", "2w2s"]) > max(size["ssgd", "4MiB", "ssgd", "2w2s"] + size["ssgd", "8MiB", "ssgd", "2w2s"])
+    low = lambda m: min(size["ssgd", "%dMiB" % m, "ssgd", "4w2s"])
+    high = lambda m: max(size["ssgd", "%dMiB" % m, "ssgd", "4w2s"])
+    assert all(low(a) < high(b) for a in (2, 4, 8) for b in (2, 4, 8))  # "overlapped"
+    jobs = window_jobs(ab)
+    assert all(len(v) == 3 for v in jobs.values()) and len(jobs) == 4 + 4 + 2 * 4
+    med = lambda tree, model, cell, system: statistics.median(jobs[tree, model, system, cell])
+    r = lambda model, cell, system: med("B", model, cell, system) / med("A", model, cell, system)
+    assert "ResNet-50's round took %.2f of its time at 2 + 2 and %.2f at 4 + 2, but Inception-BN's S-SGD round %.2f " \
+        "and %.2f (at 4 + 2 every job slower than every job of the window over all), CD-SGD's %.2f and %.2f" % (
+            r("resnet50", "2w2s", "ssgd"), r("resnet50", "4w2s", "ssgd"), r("inception_bn", "2w2s", "ssgd"),
+            r("inception_bn", "4w2s", "ssgd"), r("inception_bn", "2w2s", "cdsgd"), r("inception_bn", "4w2s", "cdsgd")) in page
+    ibn = lambda tree: jobs[tree, "inception_bn", "ssgd", "4w2s"]
+    assert min(ibn("B")) > max(ibn("A"))
+    assert r("resnet50", "2w2s", "ssgd") < 1 and r("resnet50", "4w2s", "ssgd") < 1 < r("inception_bn", "2w2s", "ssgd")
+    unwindowed = {(row[0], row[1]): row for row in rows(text)[1:] if len(row) == 11}[("Inception-BN", "4, 2")]
+    assert "(%.2f here; %.2f then)" % (r("inception_bn", "4w2s", "ssgd"), float(unwindowed[4]) / float(unwindowed[3])) in page
+    params = [int(p.data().size) for p in build_model("inception_bn").collect_params().values() if p.grad_req != "null"]
+    plan = buckets.plan(list(enumerate(params)), buckets.FP32_BUCKET_SIZE, 4, 2, protocol.Keys(2),
+                        bound=protocol.DEFAULT_BIGARRAY_BOUND)
+    per_server = [sum(b.server == s for b in plan) for s in (0, 1)]
+    assert "Inception-BN's S-SGD round has %s buckets a server, so 8 in flight" % span(per_server, "%d") in page
+    assert (2 << 20) // (4 * buckets.FP32_BUCKET_SIZE) == 8
+    r50 = " ".join(section(HOSTS, "### ResNet-50").split())
+    assert "A window of pushes twice as large took our fp32 round to %.2fx stock's at 2 + 2" % (
+        med("B", "resnet50", "2w2s", "ssgd") / med("stock", "resnet50", "2w2s", "stock_fp32")) in r50
+
+
 def test_cd_sgds_step_with_and_without_the_window_is_its_raw_file():
     text = section(HOSTS, "### A window of pushes in flight")
     (raw,) = raw_files(text, "push-window-cdsgd-*.txt")
