@@ -77,10 +77,10 @@ def host_cells(text=HOSTS, pattern="comm-hosts-[0-9]*.txt"):
     return cells
 
 
-HOSTS_BEFORE = [section(HISTORY, "## The per-host table at `%s`" % c) for c in ("5315e24", "3a6e678")]
+HOSTS_BEFORE = [section(HISTORY, "## The per-host table at `%s`" % c) for c in ("4ad4083", "5315e24", "3a6e678")]
 
 
-@pytest.mark.parametrize("text", [HOSTS] + HOSTS_BEFORE, ids=["today", "5315e24", "3a6e678"])
+@pytest.mark.parametrize("text", [HOSTS] + HOSTS_BEFORE, ids=["today", "4ad4083", "5315e24", "3a6e678"])
 def test_the_per_host_table_is_its_raw_files(text):
     table = {(r[0], r[1]): r for r in rows(text)}
     cells = host_cells(text)
@@ -118,16 +118,42 @@ def test_the_per_host_ranges_are_the_tables():
     assert within == [("inception_bn", 2, 1)] and "(within 1.2x at 2 workers + 1 server only)" in page
     assert "our 2-bit round %sx (within 1.2x with one server)" % span(bound("bitsgd", "inception_bn"), "%.2f") in page
     assert sorted(c["S"] for c in cells if c["model"] == "inception_bn" and c["bitsgd"] / c["bound"] <= 1.2) == [1, 1]
-    # CD-SGD's round in parts, against the table before (whole buckets), where S-SGD's and BIT-SGD's did not change
-    old = {(c["model"], c["W"], c["S"]): c for c in host_cells(HOSTS_BEFORE[0])}
+    # CD-SGD's round in parts against BIT-SGD's, today and on whole buckets (5315e24)
+    whole = [c for c in host_cells(HOSTS_BEFORE[1]) if c["model"] == "inception_bn"]
     ibn = [c for c in cells if c["model"] == "inception_bn"]
-    was = lambda system: [c[system] / old[("inception_bn", c["W"], c["S"])][system] for c in ibn]
-    assert "CD-SGD's mean round on Inception-BN takes %s of its time at `5315e24` (whole buckets), where S-SGD's and " \
-        "BIT-SGD's rounds, which did not change, take %s; it is now %sx BIT-SGD's round there (%sx at `5315e24`" % (
-            span(was("cdsgd"), "%.2f"), span(was("ssgd") + was("bitsgd"), "%.2f"),
-            span([c["cdsgd"] / c["bitsgd"] for c in ibn], "%.2f"),
-            span([c["cdsgd"] / c["bitsgd"] for c in old.values() if c["model"] == "inception_bn"], "%.2f")) in page
+    assert "with its correction every k-th step in 2^16-value parts, takes %sx BIT-SGD's round (%sx on whole buckets " \
+        "at `5315e24`)" % (span([c["cdsgd"] / c["bitsgd"] for c in ibn], "%.2f"),
+                                                             span([c["cdsgd"] / c["bitsgd"] for c in whole], "%.2f")) in page
+    # since the table before (servers keeping freed memory): ours moved as stock's, whose servers did not change
+    old = {(c["model"], c["W"], c["S"]): c for c in host_cells(HOSTS_BEFORE[0])}
+    moved = lambda systems: [c[s] / old[(c["model"], c["W"], c["S"])][s] for c in cells for s in systems]
+    ours_moved, stock_moved = moved(("ssgd", "bitsgd", "cdsgd")), moved(("stock_fp32", "stock_2bit"))
+    assert "our rounds took %s of their time there, and stock's, whose servers are MXNet's own, %s: the machine's " \
+        "day, not the change" % (span(ours_moved, "%.2f"), span(stock_moved, "%.2f")) in page
+    assert min(stock_moved) <= min(ours_moved) and max(ours_moved) <= max(stock_moved)
+    # the history's claim on the table before: CD-SGD's round in parts (4ad4083) against whole buckets (5315e24)
+    before = " ".join(HOSTS_BEFORE[0].split())
+    then, whole = host_cells(HOSTS_BEFORE[0]), {(c["model"], c["W"], c["S"]): c for c in host_cells(HOSTS_BEFORE[1])}
+    was = lambda system: [c[system] / whole[("inception_bn", c["W"], c["S"])][system] for c in then
+                          if c["model"] == "inception_bn"]
+    assert "CD-SGD's round %sx BIT-SGD's on Inception-BN. Against [the table at `5315e24`](#the-per-host-table-at-5315e24) " \
+        "(CD-SGD's corrections on whole buckets) CD-SGD's mean round on Inception-BN took %s of its time, where S-SGD's " \
+        "and BIT-SGD's rounds, which did not change, took %s" % (
+            span([c["cdsgd"] / c["bitsgd"] for c in then if c["model"] == "inception_bn"], "%.2f"),
+            span(was("cdsgd"), "%.2f"), span(was("ssgd") + was("bitsgd"), "%.2f")) in before
     assert max(was("cdsgd")) < min(was("ssgd") + was("bitsgd"))
+    fp32_then = [c["ssgd"] / c["stock_fp32"] for c in then]
+    two_bit_then = [c["bitsgd"] / c["stock_2bit"] for c in then]
+    assert "our fp32 round took %sx stock fp32's, our 2-bit round %sx MXNet's own 2-bit" % (
+        span(fp32_then, "%.2f"), span(two_bit_then, "%.2f")) in before
+    # how far apart the 3 jobs of a system are
+    spread = {}
+    for path in sorted({p.with_suffix(".json") for p in raw_files(HOSTS, "comm-hosts-[0-9]*.txt")}):
+        for run in json.loads(path.read_text())["runs"]:
+            for r in run["systems"].values():
+                spread[run["model"]] = max(spread.get(run["model"], 0), max(r["jobs_ms"]) / min(r["jobs_ms"]) - 1)
+    assert "the 3 jobs of a system differ by up to %.0f%% on Inception-BN and by up to %.0f%% on ResNet-20" % (
+        100 * spread["inception_bn"], 100 * spread["resnet20"]) in page
     assert "on Inception-BN our fp32 round takes %sx the full-duplex bound" % span(bound("ssgd", "inception_bn"), "%.2f") \
         in page and "our 2-bit round %sx" % span(bound("bitsgd", "inception_bn"), "%.2f") in page
     assert "stock fp32 takes %sx, MXNet's 2-bit %sx" % (span(bound("stock_fp32", "inception_bn"), "%.2f"),
@@ -150,9 +176,9 @@ def test_the_per_host_ranges_are_the_tables():
 def test_the_per_host_table_before_against_the_one_before_it():
     """performance-history.md: the table at 5315e24 (the window held on the engine) against 3a6e678's (held by
     the communication thread)."""
-    cells, old = (host_cells(text) for text in HOSTS_BEFORE)
+    cells, old = (host_cells(text) for text in HOSTS_BEFORE[1:])
     old = {(c["model"], c["W"], c["S"]): c for c in old}
-    page = " ".join(HOSTS_BEFORE[0].split())
+    page = " ".join(HOSTS_BEFORE[1].split())
     four = [c for c in cells if c["model"] == "inception_bn" and c["W"] == 4]
     more = lambda system: [100 * (c[system] / old[("inception_bn", 4, c["S"])][system] - 1) for c in four]
     assert "fp32 round at 4 workers took %s longer (%s against %s ms), stock fp32's %s" % (
@@ -205,10 +231,10 @@ def test_what_keeps_our_rounds_above_the_bound_is_its_raw_files():
         span([slow["stock_fp32"] / b for _, _, b, _, slow in cells], "%.2f")) in page
 
 
-def one_run_cells(heading, pattern):
+def one_run_cells(heading, pattern, page=HOSTS):
     """(workers, servers, {system: ms}, fp32 bound, 2-bit bound) of each raw file (one run each)
-    that the section `heading` of the per-host page links to by `pattern`."""
-    files = sorted({p.with_suffix(".json") for p in raw_files(section(HOSTS, heading), pattern)})
+    that the section `heading` of the per-host page (or of `page`) links to by `pattern`."""
+    files = sorted({p.with_suffix(".json") for p in raw_files(section(page, heading), pattern)})
     assert len(files) == 4, files
     cells = []
     for path in files:
@@ -243,10 +269,18 @@ def test_the_resnet50_rounds_are_their_raw_files():
     assert "our fp32 round takes %.2fx stock fp32's at 4 + 1 and %.2fx at 2 + 1; our 2-bit round %s MXNet's 2-bit" % (
         vs(4, 1, "ssgd", "stock_fp32"), vs(2, 1, "ssgd", "stock_fp32"),
         xspan([vs(w, 1, "bitsgd", "stock_2bit") for w in (2, 4)])) in page
-    assert "our fp32 round is level with stock fp32's (%.2fx at 2 + 2, %.2fx at 4 + 2); our 2-bit round %s MXNet's" % (
+    assert "our fp32 round takes %.2fx stock fp32's at 2 + 2 and %.2fx at 4 + 2; our 2-bit round %s MXNet's" % (
         vs(2, 2, "ssgd", "stock_fp32"), vs(4, 2, "ssgd", "stock_fp32"),
         xspan([vs(w, 2, "bitsgd", "stock_2bit") for w in (2, 4)])) in page
-    assert all(0.98 <= vs(w, 2, "ssgd", "stock_fp32") <= 1.02 for w in (2, 4))  # "level"
+    answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
+    assert "At 2 + 2 our fp32 round is level with stock's (%.2fx)" % vs(2, 2, "ssgd", "stock_fp32") in answers
+    assert 0.98 <= vs(2, 2, "ssgd", "stock_fp32") <= 1.02  # "level"
+    # since the table before (servers keeping freed memory): ours moved as stock's did
+    before = {(w, s): m for w, s, m, _, _ in one_run_cells("## ResNet-50's round at `5315e24`", "comm-hosts-resnet50-*.txt",
+                                                           page=HISTORY)}
+    moved = lambda systems: [by[k][0][x] / before[k][x] for k in by for x in systems]
+    assert "our rounds took %s of their time there, stock's %s." % (
+        span(moved(("ssgd", "bitsgd")), "%.2f"), span(moved(("stock_fp32", "stock_2bit")), "%.2f")) in page
     ratios = [vs(w, s, o, t) for w, s in by for o, t in (("ssgd", "stock_fp32"), ("bitsgd", "stock_2bit"))]
     met = sum(1 for r in ratios if r <= 0.9)
     assert "The goal of 0.9x is met in %d of 8 rounds" % met in page
@@ -260,7 +294,6 @@ def test_the_resnet50_rounds_are_their_raw_files():
     stock = bound("stock_fp32") + bound("stock_2bit")
     assert "0.9x of its round is %s the wire alone" % xspan([0.9 * x for x in stock]) in page
     ours = bound("ssgd") + bound("bitsgd")
-    answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
     assert "On ResNet-50 our fp32 round takes %sx stock's and our 2-bit round %sx MXNet's (the 0.9x goal met in %d of " \
         "8), and %d of our 8 rounds are within 1.2x of the bound (%sx; stock %sx)" % (
             span([vs(w, s, "ssgd", "stock_fp32") for w, s in by], "%.2f"),
@@ -273,6 +306,23 @@ def test_the_resnet50_rounds_are_their_raw_files():
     table_then = {r[0]: r[1:] for r in rows(section(HISTORY, "## ResNet-50's round at `cef6e0a`"))}
     for (w, s), m in old.items():
         assert table_then["%d, %d" % (w, s)][:4] == ["%.1f" % m[k] for k in ("stock_fp32", "ssgd", "stock_2bit", "bitsgd")]
+
+
+def test_the_resnet50_table_before_is_its_raw_files():
+    """performance-history.md: ResNet-50's table at 5315e24 (before servers kept freed memory)
+    and its summary, from its raw JSON files."""
+    text = section(HISTORY, "## ResNet-50's round at `5315e24`")
+    table = {r[0]: r[1:] for r in rows(text)}
+    cells = one_run_cells("## ResNet-50's round at `5315e24`", "comm-hosts-resnet50-*.txt", page=HISTORY)
+    for w, s, m, f, t in cells:
+        assert table["%d, %d" % (w, s)] == \
+            ["%.1f" % v for v in (m["stock_fp32"], m["ssgd"], m["stock_2bit"], m["bitsgd"], f, t)] + \
+            ["%.2f" % v for v in (m["ssgd"] / m["stock_fp32"], m["bitsgd"] / m["stock_2bit"], m["ssgd"] / f,
+                                  m["bitsgd"] / t, m["stock_fp32"] / f, m["stock_2bit"] / t)], (w, s)
+    assert "our fp32 round took %sx stock fp32's and %sx the bound, our 2-bit round %sx MXNet's" % (
+        span([m["ssgd"] / m["stock_fp32"] for _, _, m, _, _ in cells], "%.2f"),
+        span([m["ssgd"] / f for _, _, m, f, _ in cells], "%.2f"),
+        span([m["bitsgd"] / m["stock_2bit"] for _, _, m, _, _ in cells], "%.2f")) in " ".join(text.split())
 
 
 def test_the_push_windows_table_is_its_raw_files():
