@@ -123,7 +123,7 @@ def test_the_per_host_ranges_are_the_tables():
     ibn = [c for c in cells if c["model"] == "inception_bn"]
     assert "with its correction every k-th step in 2^16-value parts, takes %sx BIT-SGD's round (%sx on whole buckets " \
         "at `5315e24`)" % (span([c["cdsgd"] / c["bitsgd"] for c in ibn], "%.2f"),
-                                                             span([c["cdsgd"] / c["bitsgd"] for c in whole], "%.2f")) in page
+                           span([c["cdsgd"] / c["bitsgd"] for c in whole], "%.2f")) in page
     # since the table before (servers keeping freed memory): ours moved as stock's, whose servers did not change
     old = {(c["model"], c["W"], c["S"]): c for c in host_cells(HOSTS_BEFORE[0])}
     moved = lambda systems: [c[s] / old[(c["model"], c["W"], c["S"])][s] for c in cells for s in systems]
@@ -249,6 +249,13 @@ def resnet50_cells():
     return one_run_cells("### ResNet-50", "comm-hosts-resnet50-*.txt")
 
 
+def resnet50_row(m, f, t):
+    """A ResNet-50 table row's cells after W, S: the rounds, the bounds and their ratios."""
+    return ["%.1f" % v for v in (m["stock_fp32"], m["ssgd"], m["stock_2bit"], m["bitsgd"], f, t)] + \
+        ["%.2f" % v for v in (m["ssgd"] / m["stock_fp32"], m["bitsgd"] / m["stock_2bit"], m["ssgd"] / f,
+                              m["bitsgd"] / t, m["stock_fp32"] / f, m["stock_2bit"] / t)]
+
+
 def resnet50_cells_at_cef6e0a():
     """The ResNet-50 jobs of the window's table (the thread's hold, with ssgd_unwindowed)."""
     return one_run_cells("### A window of pushes in flight", "comm-hosts-resnet50-*.txt")
@@ -259,10 +266,7 @@ def test_the_resnet50_rounds_are_their_raw_files():
     table = {r[0]: r[1:] for r in rows(text)}
     cells = resnet50_cells()
     for w, s, m, f, t in cells:
-        assert table["%d, %d" % (w, s)] == \
-            ["%.1f" % v for v in (m["stock_fp32"], m["ssgd"], m["stock_2bit"], m["bitsgd"], f, t)] + \
-            ["%.2f" % v for v in (m["ssgd"] / m["stock_fp32"], m["bitsgd"] / m["stock_2bit"], m["ssgd"] / f,
-                                  m["bitsgd"] / t, m["stock_fp32"] / f, m["stock_2bit"] / t)], (w, s)
+        assert table["%d, %d" % (w, s)] == resnet50_row(m, f, t), (w, s)
     page = " ".join(text.replace("**", "").split())
     by = {(w, s): (m, f, t) for w, s, m, f, t in cells}
     vs = lambda w, s, ours, theirs: by[(w, s)][0][ours] / by[(w, s)][0][theirs]
@@ -315,10 +319,7 @@ def test_the_resnet50_table_before_is_its_raw_files():
     table = {r[0]: r[1:] for r in rows(text)}
     cells = one_run_cells("## ResNet-50's round at `5315e24`", "comm-hosts-resnet50-*.txt", page=HISTORY)
     for w, s, m, f, t in cells:
-        assert table["%d, %d" % (w, s)] == \
-            ["%.1f" % v for v in (m["stock_fp32"], m["ssgd"], m["stock_2bit"], m["bitsgd"], f, t)] + \
-            ["%.2f" % v for v in (m["ssgd"] / m["stock_fp32"], m["bitsgd"] / m["stock_2bit"], m["ssgd"] / f,
-                                  m["bitsgd"] / t, m["stock_fp32"] / f, m["stock_2bit"] / t)], (w, s)
+        assert table["%d, %d" % (w, s)] == resnet50_row(m, f, t), (w, s)
     assert "our fp32 round took %sx stock fp32's and %sx the bound, our 2-bit round %sx MXNet's" % (
         span([m["ssgd"] / m["stock_fp32"] for _, _, m, _, _ in cells], "%.2f"),
         span([m["ssgd"] / f for _, _, m, f, _ in cells], "%.2f"),
