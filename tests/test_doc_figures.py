@@ -1117,15 +1117,7 @@ def test_the_10gbit_cells_are_their_raw_files():
     text, r50 = scaling_cells("10gbit", "resnet50")
     page = " ".join(text.replace("**", "").split())
     _, r50_before = fast_before("resnet50")
-    busy = [c["cpu_busy"] for c in r50]
-    assert min(b["cdsgd"] for b in busy) >= scaling.CPU_BOUND  # "both are bound by this machine's cores"
-    assert "(%.0f%% and %.0f%% busy for CD-SGD, %s both ways)" % (
-        100 * busy[0]["cdsgd"], 100 * busy[1]["cdsgd"], span([100 * b["cdsgd_2bit"] for b in busy], "%.0f%%").replace(
-            "%-", "-")) in page
-    ms = [c["iter_ms"] for c in r50]
-    assert "CD-SGD takes %s of stock fp32's step and %s of MXNet's 2-bit, but our S-SGD takes %sx stock fp32's" % (
-        span([m["cdsgd"] / m["stock_fp32"] for m in ms], "%.2f"), span([m["cdsgd"] / m["stock_2bit"] for m in ms], "%.2f"),
-        span([m["ssgd"] / m["stock_fp32"] for m in ms], "%.2f")) in page
+    assert_resnet50_fast_cells(page, r50)
     assert "S-SGD's buckets cost %.0f and %.0f ms a round alone, CD-SGD's corrections in parts %.0f and %.0f, where its " \
         "corrections on whole 2^20-value buckets cost %.0f and %.0f at `6a51190`" % (
             *[ssgd_phi(c) for c in r50], *[c["phi_ms"] for c in r50], *[c["phi_ms"] for c in r50_before]) in page
@@ -1135,11 +1127,11 @@ def test_the_10gbit_cells_are_their_raw_files():
         *vs_bit(r50), *vs_bit(r50_before)) in page
 
 
-def test_the_resnet50_cells_at_10gbit_before_the_window_are_their_raw_file():
+def assert_resnet50_fast_cells(page, cells):
+    """What ResNet-50's 10 Gbit/s sections say of their cells (today's and the history's): both
+    bound by the cores, and CD-SGD and our S-SGD against stock."""
     from cdsgd_mx.bench import scaling
-    text, cells = fast_before("resnet50")
     assert [(c["workers"], c["servers"]) for c in cells] == [(2, 1), (4, 1)]
-    page = " ".join(text.replace("**", "").split())
     ms = [c["iter_ms"] for c in cells]
     busy = [c["cpu_busy"] for c in cells]
     assert min(b["cdsgd"] for b in busy) >= scaling.CPU_BOUND  # "both are bound by this machine's cores"
@@ -1150,6 +1142,12 @@ def test_the_resnet50_cells_at_10gbit_before_the_window_are_their_raw_file():
         span([m["cdsgd"] / m["stock_fp32"] for m in ms], "%.2f"), span([m["cdsgd"] / m["stock_2bit"] for m in ms], "%.2f"),
         span([m["ssgd"] / m["stock_fp32"] for m in ms], "%.2f")) in page
     assert min(m["ssgd"] / m["stock_fp32"] for m in ms) > 1
+
+
+def test_the_resnet50_cells_at_10gbit_before_the_window_are_their_raw_file():
+    text, cells = fast_before("resnet50")
+    page = " ".join(text.replace("**", "").split())
+    assert_resnet50_fast_cells(page, cells)
     phi16 = [ssgd_phi(c) for c in cells]
     assert "cost %.0f and %.0f ms a round alone where CD-SGD's 2^20-value fp32 corrections cost %.0f and %.0f" % (
         *phi16, *[c["phi_ms"] for c in cells]) in page
@@ -1551,19 +1549,21 @@ def test_the_window_per_server_taken_out_is_its_raw_files():
     from cdsgd_mx.bench.comm_systems import build_model
     from cdsgd_mx.wire import protocol
     from cdsgd_mx.worker import buckets
+    from cdsgd_mx.worker.rounds import PUSH_WINDOW
     text = section(HOSTS, "### A window of pushes in flight")
     page = " ".join(text.replace("**", "").split())
     (sizes,) = raw_files(text, "push-window-2servers-resnet50-*.txt")
     (ab,) = raw_files(text, "push-window-per-server-*.txt")
     size = window_jobs(sizes)
     assert all(len(v) == 3 for v in size.values()) and len(size) == 8
+    ssgd = lambda mib, cell: size["ssgd", "%dMiB" % mib, "ssgd", cell]
     assert "at 2 + 2 took %s ms with 2 MiB in all, %s with 4 MiB and %s with 8 MiB (stock fp32 %s); at 4 + 2 the " \
         "three sizes overlapped (%s ms;" % (
-            *(span(size["ssgd", "%dMiB" % m, "ssgd", "2w2s"], "%.1f") for m in (2, 4, 8)), span(size["stock", "-", "stock_fp32", "2w2s"], "%.1f"),
-            span([v for m in (2, 4, 8) for v in size["ssgd", "%dMiB" % m, "ssgd", "4w2s"]], "%.1f")) in page
-    assert min(size["ssgd", "2MiB", "ssgd", "2w2s"]) > max(size["ssgd", "4MiB", "ssgd", "2w2s"] + size["ssgd", "8MiB", "ssgd", "2w2s"])
-    low = lambda m: min(size["ssgd", "%dMiB" % m, "ssgd", "4w2s"])
-    high = lambda m: max(size["ssgd", "%dMiB" % m, "ssgd", "4w2s"])
+            *(span(ssgd(m, "2w2s"), "%.1f") for m in (2, 4, 8)), span(size["stock", "-", "stock_fp32", "2w2s"], "%.1f"),
+            span([v for m in (2, 4, 8) for v in ssgd(m, "4w2s")], "%.1f")) in page
+    assert min(ssgd(2, "2w2s")) > max(ssgd(4, "2w2s") + ssgd(8, "2w2s"))
+    low = lambda m: min(ssgd(m, "4w2s"))
+    high = lambda m: max(ssgd(m, "4w2s"))
     assert all(low(a) < high(b) for a in (2, 4, 8) for b in (2, 4, 8))  # "overlapped"
     jobs = window_jobs(ab)
     assert all(len(v) == 3 for v in jobs.values()) and len(jobs) == 4 + 4 + 2 * 4
@@ -1583,7 +1583,7 @@ def test_the_window_per_server_taken_out_is_its_raw_files():
                         bound=protocol.DEFAULT_BIGARRAY_BOUND)
     per_server = [sum(b.server == s for b in plan) for s in (0, 1)]
     assert "Inception-BN's S-SGD round has %s buckets a server, so 8 in flight" % span(per_server, "%d") in page
-    assert (2 << 20) // (4 * buckets.FP32_BUCKET_SIZE) == 8
+    assert PUSH_WINDOW // (4 * buckets.FP32_BUCKET_SIZE) == 8
     r50 = " ".join(section(HOSTS, "### ResNet-50").split())
     assert "A window of pushes twice as large took our fp32 round to %.2fx stock's at 2 + 2" % (
         med("B", "resnet50", "2w2s", "ssgd") / med("stock", "resnet50", "2w2s", "stock_fp32")) in r50
