@@ -497,6 +497,69 @@ def test_the_slower_machine_is_its_raw_files():
     assert "rounds moved within 6%" in page and "rounds moved within 6%" in answers
     assert "(%s of it per host)" % span(two_bit(hosts), "%.2f") in answers
 
+
+def cpu_by_process(block):
+    """{(role, ms/s): {library: ms/s}} of one job's table in a cpu-per-round raw file (idle as 'idle')."""
+    found = {}
+    for who, total, libs in re.findall(r"^(server|worker|idle)[^:\n]*: (\d+) ms/s; (.*)$", block, re.M):
+        found[(who, int(total), len(found))] = {k.strip(): int(v) for k, v in re.findall(r"([^,]+?) (\d+)(?:,|$)", libs)}
+    return found
+
+
+def test_where_the_slower_machines_cpu_goes_is_its_raw_files():
+    text = section(PERFORMANCE, "### On a slower machine")
+    page = " ".join(text.split())
+    (cpu,) = raw_files(text, "cpu-per-round-avx2-*.txt")
+    (sizes,) = raw_files(text, "ssgd-bucket-size-10gbit-avx2-*.txt")
+    ssgd, both = cpu.read_text().split("\n# python -m")[1:3]
+    assert "--systems ssgd " in ssgd.splitlines()[0] and "--systems bitsgd_2bit " in both.splitlines()[0]
+    round_ms = lambda block: [c.strip() for c in re.search(r"^inception_bn \|.*$", block, re.M).group(0).split("|")[3:]
+                              if c.strip() != "-"][0]  # the job's system: the first column with a figure
+    share = lambda procs, lib: sorted({round(100 * libs.get(lib, 0) / total) for (_, total, _), libs in procs})
+    for block, busy_said in ((ssgd, "keeps %.0f%% of the 2 cores busy"), (both, "keeps %.0f%% busy")):
+        idle = [t for (who, t, _) in cpu_by_process(block) if who == "idle"][0]
+        assert busy_said % (100 - idle / 20) in page
+    procs = cpu_by_process(ssgd)
+    server = [(k, v) for k, v in procs.items() if k[0] == "server"]
+    workers = [(k, v) for k, v in procs.items() if k[0] == "worker"]
+    assert "round (%s ms, 10.6 ms of wire)" % round_ms(ssgd) in page
+    assert "the server takes %d ms of CPU a second (about %.0f ms a round), each worker %s" % (
+        server[0][0][1], server[0][0][1] * float(round_ms(ssgd)) / 1000, span([k[1] for k, _ in workers], "%d")) in page
+    join = lambda shares: "%d%%" % shares[0] if len(shares) == 1 else "%d-%d%%" % (shares[0], shares[-1])
+    kernel, python, mx, libc = "[kernel.kallsyms]", "libpython3.11.so.1.0", "libmxnet.so", "libc.so.6"
+    assert "(%s of the server's CPU, %s of a worker's" % (join(share(server, kernel)), join(share(workers, kernel))) in page
+    assert "then the interpreter (%s; %s), MXNet (%s; %s) and libc (%s; %s); the SGD step itself %s." % (
+        join(share(server, python)), join(share(workers, python)), join(share(server, mx)), join(share(workers, mx)),
+        join(share(server, libc)), join(share(workers, libc)), join(share(server, "_native.cpython-311-x86_64-l"))) in page
+    everyone = sum(k[1] for k, _ in server + workers)
+    assert 0.2 <= sum(v.get(python, 0) for _, v in server + workers) / everyone <= 0.3  # "a quarter"
+    answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
+    idle = [t for (who, t, _) in cpu_by_process(ssgd) if who == "idle"][0]
+    assert "the cores set the rounds there (%.0f%% busy)" % (100 - idle / 20) in answers
+    procs = cpu_by_process(both)
+    workers = [k[1] for k in procs if k[0] == "worker"]
+    (srv,) = [(k, v) for k, v in procs.items() if k[0] == "server"]
+    assert "BIT-SGD both ways (%s ms a round)" % round_ms(both) in page
+    assert "each worker %s ms a second" % span(workers, "%d") in page and "the server %d, half" % srv[0][1] in page
+    assert 0.45 <= srv[1]["_native.cpython-311-x86_64-l"] / srv[0][1] <= 0.55
+    fifths = [v.get(lib, 0) / k[1] for k, v in procs.items() if k[0] == "worker"
+              for lib in (python, mx, libc, "_native.cpython-311-x86_64-l")]
+    assert 0.16 <= min(fifths) and max(fifths) <= 0.24  # "about a fifth each"
+    # the two bucket sizes, 3 jobs each
+    raw = sizes.read_text()
+    small, large = raw.split("--bucket-size 1048576")
+    jobs = lambda part, model: [float(x) for x in re.search(
+        r"%s 10gbit/hosts each job \(the table: the median job\): ssgd ([\d./]+)" % model, part).group(1).split("/")]
+    for model, name in (("inception_bn", "on Inception-BN"), ("resnet20", "on ResNet-20")):
+        a, b = jobs(large, model), jobs(small, model)
+        assert max(a) < min(b)
+        ratio = statistics.median(a) / statistics.median(b)
+        assert "%.2f %s (%.1f against %.1f" % (ratio, name if model == "resnet20" else
+                                               "of its time in 2^16-value pieces " + name,
+                                               statistics.median(a), statistics.median(b)) in page
+        if model == "inception_bn":
+            assert "S-SGD's round to %.2f of its time in 2^16-value pieces" % ratio in answers
+
 def test_the_shared_link_round_is_the_checks_job_medians():
     shared = section(PERFORMANCE, "## A round on one shared link")
     _, _, jobs = check_run(shared)
