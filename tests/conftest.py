@@ -62,11 +62,7 @@ def pytest_terminal_summary(terminalreporter, config):
     SLOW_AFTER seconds with no "Slow:" line in their docstring (always), and per-file totals
     (--file-durations)."""
     from cdsgd_mx.experiments import provenance
-    cpu = provenance.cpu()
-    terminalreporter.write_line("machine: %s (%s), %s cores usable, %s" % (
-        cpu["model"], cpu["machine"], cpu["cores_usable"],
-        "AVX-512" if "avx512f" in cpu["isa_flags"] else "AVX2, no AVX-512" if "avx2" in cpu["isa_flags"]
-        else "no AVX2"))
+    terminalreporter.write_line(provenance.machine_line())
     unexplained = []
     for nodeid, seconds in sorted(_spent.items(), key=lambda kv: -kv[1]):
         if seconds > SLOW_AFTER and nodeid not in _explained:

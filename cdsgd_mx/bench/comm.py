@@ -218,6 +218,7 @@ def main(argv=None):
     problem = check_count(args.busy_cores)
     if problem:
         fail(problem)
+    print(provenance.machine_line(), flush=True)  # the figures below are this machine's
     with BusyCores(args.busy_cores) as busy:
         if args.busy_cores:
             print(busy.describe(), flush=True)

@@ -276,6 +276,7 @@ def main(argv=None):
     if emulate.unavailable():
         sys.exit("bench.scaling: emulated hosts are not available here: %s" % emulate.unavailable())
     record = {"provenance": provenance.record(), "cells": []}
+    print(provenance.machine_line(record["provenance"]["cpu"]), flush=True)  # the cells below are this machine's
     grid = [(m, w, s) for m in models for w, s in zip(workers, servers)]
     start = time.time()
     for i, (model, w, s) in enumerate(grid):

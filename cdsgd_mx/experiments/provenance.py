@@ -111,6 +111,16 @@ def cpu():
             "isa_flags": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count(), "cores_usable": affinity}
 
 
+def machine_line(info=None):
+    """One line naming this machine (or the cpu() dict given), as benchmarks and the test run
+    print it first: a figure is read against the machine that made it (a machine without
+    AVX-512 ran this project's rounds and suite about 2x slower: docs/performance.md)."""
+    info = info or cpu()
+    flags = info["isa_flags"]
+    isa = "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
+    return "machine: %s (%s), %s cores usable, %s" % (info["model"], info["machine"], info["cores_usable"], isa)
+
+
 def threads():
     out = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS", "OPENBLAS_NUM_THREADS")}
     if "cdsgd_mx.codec" in sys.modules:

@@ -289,13 +289,17 @@ def test_the_network_is_a_clusters_where_hosts_can_be_emulated(monkeypatch, caps
     """--network's default: hosts where cdsgd_mx.cluster.emulate can run, else the shared loopback,
     said in one line; a --network given is kept."""
     from cdsgd_mx.bench import comm
+    from cdsgd_mx.experiments import provenance
     seen = []
     monkeypatch.setattr(comm, "leader", lambda args: seen.append(args.bandwidth) or 0)
     for why, expected in ((None, ["1gbit/hosts"]), ("needs root", ["1gbit"])):
         monkeypatch.setattr(comm.emulate, "unavailable", lambda why=why: why)
         assert comm.main(["--models", "lenet5", "--bandwidth", "1gbit"]) == 0
         assert seen.pop() == expected
-    assert "note: no emulated hosts here (needs root): the shared loopback instead" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "note: no emulated hosts here (needs root): the shared loopback instead" in out
+    line = provenance.machine_line()  # every run names its machine before its first figure
+    assert out.splitlines()[0] == line and out.splitlines()[2] == line and out.count("machine: ") == 2
     assert comm.main(["--models", "lenet5", "--bandwidth", "1gbit", "--network", "shared"]) == 0
     assert seen.pop() == ["1gbit"]
 

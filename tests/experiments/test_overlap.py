@@ -152,8 +152,11 @@ def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
                            "--servers", "1", "--nic", "100mbit", "--compute-ms", "lenet5=20", "--json", str(out),
                            "--plot", str(png)], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    cell = json.loads(out.read_text())["cells"][0]
+    record = json.loads(out.read_text())
+    cell = record["cells"][0]
     assert (cell["model"], cell["workers"], cell["servers"], cell["nic"]) == ("lenet5", 2, 1, "100mbit")
+    from cdsgd_mx.experiments import provenance  # the machine first, as in the record
+    assert proc.stdout.splitlines()[0] == provenance.machine_line(record["provenance"]["cpu"]) == provenance.machine_line()
     # each algorithm on its default buckets: S-SGD and OD-SGD in a job of their own, and the
     # both-ways ones apart from the one-way ones (a store with 2-bit pulls has no parts)
     assert [(j["bucket_size"], j["algorithms"]) for j in cell["jobs"]] == [
