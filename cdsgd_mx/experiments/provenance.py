@@ -112,9 +112,9 @@ def cpu():
 
 
 def machine_line(info=None):
-    """One line naming this machine (or the cpu() dict given), as benchmarks and the test run
-    print it first: a figure is read against the machine that made it (a machine without
-    AVX-512 ran this project's rounds and suite about 2x slower: docs/performance.md)."""
+    """One line naming this machine (or the cpu() dict given), which benchmarks print first and
+    the test run last: a figure is read against the machine that made it (a machine without
+    AVX-512 ran this project's suite about 2x slower than CI's: docs/performance.md)."""
     info = info or cpu()
     flags = info["isa_flags"]
     isa = "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"

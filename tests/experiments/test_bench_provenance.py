@@ -67,8 +67,8 @@ def test_numerics_bench_times_native_and_portable_in_pairs():
 
 
 def test_the_machine_line_names_the_cpu_and_its_vector_width():
-    """The line benchmarks and the test run print first: model, architecture, usable cores, and
-    whether the CPU has AVX-512 (this project's rounds and suite ran about 2x slower without it)."""
+    """The line benchmarks print first and the test run last: model, architecture, usable cores,
+    and whether the CPU has AVX-512 (this project's suite ran about 2x slower without it)."""
     from cdsgd_mx.experiments import provenance
     info = {"model": "AMD EPYC", "machine": "x86_64", "cores_usable": 2, "isa_flags": ["avx2", "fma", "avx512f"]}
     assert provenance.machine_line(info) == "machine: AMD EPYC (x86_64), 2 cores usable, AVX-512"
