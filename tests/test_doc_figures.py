@@ -382,6 +382,11 @@ def check_run(text):
     return found[0], found[1], jobs
 
 
+def gate_cell(gate):
+    """A gate line of check_run as the pages' gate tables write it: the median, marked when missed."""
+    return gate[0] if gate[2] else "%s (not met)" % gate[0]
+
+
 def test_the_check_tables_are_its_raw_output():
     gates, targets, _ = check_run(CHECK)
     table = {(r[0], r[1], r[2]): r for r in rows(CHECK.split("\n### ")[0])}  # (its subsections have tables too)
@@ -405,10 +410,9 @@ def test_the_check_with_a_core_taken_away_is_its_raw_output():
     assert "1 core(s) taken by spinning processes" in one_path.read_text() and "taken by" not in both_path.read_text()
     table = {(r[0], r[1], r[2]): r for r in rows(text)[1:]}  # (after the header)
     assert len(table) == 8
-    cell = lambda g: g[0] if g[2] else "%s (not met)" % g[0]
     for (name, model, link), gate in both[0].items():
         row = table[(CHECK_NAMES[name], MODEL[model], LINK[link])]
-        assert row[3:5] == [cell(gate), cell(one[0][(name, model, link)])], row
+        assert row[3:5] == [gate_cell(gate), gate_cell(one[0][(name, model, link)])], row
     ms = lambda run, model, link, system: "%.1f" % statistics.median(run[2][(model, link, system)])
     ratios = [float(g[0]) for (name, _, _), g in one[0].items() if name == "our 2-bit / our fp32 round"]
     assert "faster than our fp32 round in every cell** (%s of it)" % span(ratios, "%.2f") in page
@@ -442,12 +446,11 @@ def test_the_slower_machine_is_its_raw_files():
     hosts, shared, busy = runs["hosts"], runs["shared"], runs["busy-cores"]
     assert "without AVX-512" in paths["hosts"][0].read_text().splitlines()[0]
     assert "1 core(s) taken by spinning processes" in paths["busy-cores"][0].read_text()
-    cell = lambda g: g[0] if g[2] else "%s (not met)" % g[0]
     gates = {(r[0], r[1], r[2]): r for r in rows(text) if len(r) == 7 and r[0] != "gate"}
     assert len(gates) == 8
     for key, gate in hosts[0].items():
         row = gates[(CHECK_NAMES[key[0]], MODEL[key[1]], LINK[key[2]])]
-        assert row[3:6] == [cell(gate), cell(shared[0][key]), cell(busy[0][key])], row
+        assert row[3:6] == [gate_cell(gate), gate_cell(shared[0][key]), gate_cell(busy[0][key])], row
     # the answers: 2-bit against fp32 in every run, ours against stock per host, the gates missed
     two_bit = lambda run: [float(g[0]) for k, g in run[0].items() if k[0] == "our 2-bit / our fp32 round"]
     assert all(g[2] for run in runs.values() for k, g in run[0].items() if k[0] == "our 2-bit / our fp32 round")
@@ -499,11 +502,15 @@ def test_the_slower_machine_is_its_raw_files():
 
 
 def cpu_by_process(block):
-    """{(role, ms/s): {library: ms/s}} of one job's table in a cpu-per-round raw file (idle as 'idle')."""
-    found = {}
-    for who, total, libs in re.findall(r"^(server|worker|idle)[^:\n]*: (\d+) ms/s; (.*)$", block, re.M):
-        found[(who, int(total), len(found))] = {k.strip(): int(v) for k, v in re.findall(r"([^,]+?) (\d+)(?:,|$)", libs)}
-    return found
+    """[(role, ms/s, {library: ms/s})] of one job's table in a cpu-per-round raw file (idle as 'idle')."""
+    return [(who, int(total), {k.strip(): int(v) for k, v in re.findall(r"([^,]+?) (\d+)(?:,|$)", libs)})
+            for who, total, libs in re.findall(r"^(server|worker|idle)[^:\n]*: (\d+) ms/s; (.*)$", block, re.M)]
+
+
+def cores_busy(block):
+    """The share of the 2 cores (percent) that a cpu-per-round job's table did not find idle."""
+    (idle,) = [total for who, total, _ in cpu_by_process(block) if who == "idle"]
+    return 100 - idle / 20  # of 2000 ms of CPU a second
 
 
 def test_where_the_slower_machines_cpu_goes_is_its_raw_files():
@@ -515,34 +522,32 @@ def test_where_the_slower_machines_cpu_goes_is_its_raw_files():
     assert "--systems ssgd " in ssgd.splitlines()[0] and "--systems bitsgd_2bit " in both.splitlines()[0]
     round_ms = lambda block: [c.strip() for c in re.search(r"^inception_bn \|.*$", block, re.M).group(0).split("|")[3:]
                               if c.strip() != "-"][0]  # the job's system: the first column with a figure
-    share = lambda procs, lib: sorted({round(100 * libs.get(lib, 0) / total) for (_, total, _), libs in procs})
-    for block, busy_said in ((ssgd, "keeps %.0f%% of the 2 cores busy"), (both, "keeps %.0f%% busy")):
-        idle = [t for (who, t, _) in cpu_by_process(block) if who == "idle"][0]
-        assert busy_said % (100 - idle / 20) in page
+    share = lambda procs, lib: sorted({round(100 * libs.get(lib, 0) / total) for _, total, libs in procs})
+    assert "keeps %.0f%% of the 2 cores busy" % cores_busy(ssgd) in page and "keeps %.0f%% busy" % cores_busy(both) in page
     procs = cpu_by_process(ssgd)
-    server = [(k, v) for k, v in procs.items() if k[0] == "server"]
-    workers = [(k, v) for k, v in procs.items() if k[0] == "worker"]
+    server = [p for p in procs if p[0] == "server"]
+    workers = [p for p in procs if p[0] == "worker"]
     assert "round (%s ms, 10.6 ms of wire)" % round_ms(ssgd) in page
     assert "the server takes %d ms of CPU a second (about %.0f ms a round), each worker %s" % (
-        server[0][0][1], server[0][0][1] * float(round_ms(ssgd)) / 1000, span([k[1] for k, _ in workers], "%d")) in page
+        server[0][1], server[0][1] * float(round_ms(ssgd)) / 1000, span([p[1] for p in workers], "%d")) in page
     join = lambda shares: "%d%%" % shares[0] if len(shares) == 1 else "%d-%d%%" % (shares[0], shares[-1])
     kernel, python, mx, libc = "[kernel.kallsyms]", "libpython3.11.so.1.0", "libmxnet.so", "libc.so.6"
     assert "(%s of the server's CPU, %s of a worker's" % (join(share(server, kernel)), join(share(workers, kernel))) in page
     assert "then the interpreter (%s; %s), MXNet (%s; %s) and libc (%s; %s); the SGD step itself %s." % (
         join(share(server, python)), join(share(workers, python)), join(share(server, mx)), join(share(workers, mx)),
         join(share(server, libc)), join(share(workers, libc)), join(share(server, "_native.cpython-311-x86_64-l"))) in page
-    everyone = sum(k[1] for k, _ in server + workers)
-    assert 0.2 <= sum(v.get(python, 0) for _, v in server + workers) / everyone <= 0.3  # "a quarter"
+    everyone = sum(p[1] for p in server + workers)
+    assert 0.2 <= sum(p[2].get(python, 0) for p in server + workers) / everyone <= 0.3  # "a quarter"
     answers = " ".join(section(PERFORMANCE, "## Today's answers").split())
-    idle = [t for (who, t, _) in cpu_by_process(ssgd) if who == "idle"][0]
-    assert "the cores set the rounds there (%.0f%% busy)" % (100 - idle / 20) in answers
+    assert "the cores set the rounds there (%.0f%% busy)" % cores_busy(ssgd) in answers
     procs = cpu_by_process(both)
-    workers = [k[1] for k in procs if k[0] == "worker"]
-    (srv,) = [(k, v) for k, v in procs.items() if k[0] == "server"]
+    workers = [p for p in procs if p[0] == "worker"]
+    ((_, srv_total, srv_libs),) = [p for p in procs if p[0] == "server"]
     assert "BIT-SGD both ways (%s ms a round)" % round_ms(both) in page
-    assert "each worker %s ms a second" % span(workers, "%d") in page and "the server %d, half" % srv[0][1] in page
-    assert 0.45 <= srv[1]["_native.cpython-311-x86_64-l"] / srv[0][1] <= 0.55
-    fifths = [v.get(lib, 0) / k[1] for k, v in procs.items() if k[0] == "worker"
+    assert "each worker %s ms a second" % span([p[1] for p in workers], "%d") in page and \
+        "the server %d, half" % srv_total in page
+    assert 0.45 <= srv_libs["_native.cpython-311-x86_64-l"] / srv_total <= 0.55
+    fifths = [libs.get(lib, 0) / total for _, total, libs in workers
               for lib in (python, mx, libc, "_native.cpython-311-x86_64-l")]
     assert 0.16 <= min(fifths) and max(fifths) <= 0.24  # "about a fifth each"
     # the two bucket sizes, 3 jobs each
