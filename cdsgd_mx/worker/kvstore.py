@@ -96,6 +96,8 @@ class CDSGD(KVStoreBase):
                  local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error",
                  bucket_size=None, aggregate=False, pull_compression="none",
                  resync_every=DEFAULT_RESYNC_EVERY, fuse_calls=True, fp32_sum="arrival"):
+        # graded buckets (buckets.plan's grow_to) for the fp32 algorithms' default buckets
+        self._grow_to = bucketing.DEFAULT_BUCKET_SIZE if bucket_size is None and algorithm in ("ssgd", "odsgd") else None
         if bucket_size is None:
             bucket_size = bucketing.default_bucket_size(algorithm)
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
@@ -254,7 +256,7 @@ class CDSGD(KVStoreBase):
         plan = bucketing.plan([(k, int(np.prod(shapes[k]))) for k in keys], self.bucket_size, self.num_workers,
                               self._backend.num_servers, self._keys,
                               first_state=len(self._slots()) + self.fusion.abandoned, fp32_rows=self._fp32_rows,
-                              part_size=self.part_size)
+                              part_size=self.part_size, grow_to=self._grow_to)
         # the buffers live on the first device's context (its gradients are then bound to
         # grad_buf); on a GPU comm_buf, the proofs and the wire stay on the host and the
         # codec runs on the device (device-resident buckets, buckets.py; CDSGD_DEVICE_PATH=1
