@@ -96,10 +96,11 @@ class CDSGD(KVStoreBase):
                  local_optimizer="sgd", local_optimizer_params=None, trace=None, nonfinite="error",
                  bucket_size=None, aggregate=False, pull_compression="none",
                  resync_every=DEFAULT_RESYNC_EVERY, fuse_calls=True, fp32_sum="arrival"):
-        # graded buckets (buckets.plan's grow_to) for the fp32 algorithms' default buckets
-        self._grow_to = bucketing.DEFAULT_BUCKET_SIZE if bucket_size is None and algorithm in ("ssgd", "odsgd") else None
         if bucket_size is None:
             bucket_size = bucketing.default_bucket_size(algorithm)
+        # graded buckets (buckets.plan's grow_to) from the fp32 algorithms' default size (ours passes it)
+        fp32_default = algorithm in ("ssgd", "odsgd") and bucket_size == bucketing.FP32_BUCKET_SIZE
+        self._grow_to = bucketing.DEFAULT_BUCKET_SIZE if fp32_default else None
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
                      pull_compression, resync_every, fp32_sum)
         window = push_window()
