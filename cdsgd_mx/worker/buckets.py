@@ -134,7 +134,7 @@ class Bucket:
 
 
 def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bound=None, fp32_rows=False,
-         part_size=None, grow_to=None):
+         part_size=None):
     """Buckets for params = [(key, size)] in registration order (every worker plans the same).
 
     A bucket holds at most min(bucket_size, the big-array bound's limit, total / num_servers)
@@ -142,10 +142,7 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
     that is cut into pieces (at least num_servers when it reaches the bound, as MXNet would).
     fp32_rows: the buckets get fp32 rows keys (fp32_sum='rank'), whose bound is lower.
     part_size: the buckets' fp32 rounds go in parts of at most this many values (partition).
-    grow_to: graded buckets (an experiment, issue 55 item 7): a bucket starting at offset o may
-    hold up to min(grow_to, o, (total - o) / 2) values (never fewer than bucket_size), so the
-    round's first and last buckets stay small (its head and tail) and the middle ones grow,
-    fewer messages per round. With both, only the parts (and buckets too small to have parts) have rows keys: they keep
+    With both, only the parts (and buckets too small to have parts) have rows keys: they keep
     to the rows' bound, and the buckets, whose codes are one payload, to the others'."""
     bound = protocol.bigarray_bound() if bound is None else bound
     total = sum(size for _, size in params)
@@ -165,26 +162,12 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
         buckets.append(b)
         return b
 
-    cap = max(limit, min(grow_to, chunk, math.ceil(total / num_servers))) if grow_to else limit
-
-    def limit_at(at):
-        """The largest bucket that may start at offset `at`."""
-        return max(limit, min(cap, at, (total - at) // 2)) if grow_to else limit
-
     for key, size in reversed(params):  # backward produces the last layer's gradient first
-        if size > limit_at(offset) or (size >= bound and num_servers > 1):
-            if grow_to:  # pieces as large as their offsets allow, and at least num_servers at the bound
-                share = math.ceil(size / num_servers) if size >= bound else size
-                cuts, begin = [], 0
-                while begin < size:
-                    step = min(limit_at(offset + begin), share)
-                    cuts.append((begin, min(size, begin + step)))
-                    begin += step
-            else:
-                pieces = max(math.ceil(size / limit), num_servers if size >= bound else 1)
-                step = math.ceil(size / pieces)
-                cuts = [(begin, min(size, begin + step)) for begin in range(0, size, step)]
-            for begin, end in cuts:
+        if size > limit or (size >= bound and num_servers > 1):
+            pieces = max(math.ceil(size / limit), num_servers if size >= bound else 1)
+            step = math.ceil(size / pieces)
+            for begin in range(0, size, step):
+                end = min(size, begin + step)
                 b = new_bucket()
                 b.slots.append(Slot(key, begin, end, offset, state_id))
                 b.size = end - begin
@@ -193,7 +176,7 @@ def plan(params, bucket_size, num_workers, num_servers, keys, first_state=0, bou
                 offset += end - begin
             current = None
             continue
-        if current is None or current.size + size > limit_at(current.offset):
+        if current is None or current.size + size > limit:
             current = new_bucket()
         current.slots.append(Slot(key, 0, size, offset, state_id))
         current.size += size

@@ -98,9 +98,6 @@ class CDSGD(KVStoreBase):
                  resync_every=DEFAULT_RESYNC_EVERY, fuse_calls=True, fp32_sum="arrival"):
         if bucket_size is None:
             bucket_size = bucketing.default_bucket_size(algorithm)
-        # graded buckets (buckets.plan's grow_to) from the fp32 algorithms' default size (ours passes it)
-        fp32_default = algorithm in ("ssgd", "odsgd") and bucket_size == bucketing.FP32_BUCKET_SIZE
-        self._grow_to = bucketing.DEFAULT_BUCKET_SIZE if fp32_default else None
         check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite, bucket_size, aggregate,
                      pull_compression, resync_every, fp32_sum)
         window = push_window()
@@ -257,7 +254,7 @@ class CDSGD(KVStoreBase):
         plan = bucketing.plan([(k, int(np.prod(shapes[k]))) for k in keys], self.bucket_size, self.num_workers,
                               self._backend.num_servers, self._keys,
                               first_state=len(self._slots()) + self.fusion.abandoned, fp32_rows=self._fp32_rows,
-                              part_size=self.part_size, grow_to=self._grow_to)
+                              part_size=self.part_size)
         # the buffers live on the first device's context (its gradients are then bound to
         # grad_buf); on a GPU comm_buf, the proofs and the wire stay on the host and the
         # codec runs on the device (device-resident buckets, buckets.py; CDSGD_DEVICE_PATH=1
