@@ -92,21 +92,6 @@ def server_threads(environ=os.environ):
     return int(value)
 
 
-# MXNet's engine on our servers, unless MXNET_ENGINE_TYPE says otherwise. A server does one thing at
-# a time: MXNet's server loop merges each push and our updater steps each bucket, then waits for
-# it. On the threaded engine every such operation is a hand-off to an engine thread and back;
-# NaiveEngine runs it in the thread that issues it. Side by side (docs/performance.md, "The
-# server's engine"): S-SGD's unshaped round on Inception-BN 0.87-0.89 of its time, the server's
-# CPU per round 0.82-0.85. The results are the same: the same kernels in the same order.
-SERVER_ENGINE = "NaiveEngine"
-
-
-def use_server_engine(environ=os.environ):
-    """Before MXNet loads in a server: its engine is SERVER_ENGINE unless the environment names
-    one. Returns the engine the server runs."""
-    return environ.setdefault("MXNET_ENGINE_TYPE", SERVER_ENGINE)
-
-
 # glibc's mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 KEEP_FREED = 256 << 20   # bytes of freed heap a server keeps (trim threshold)
@@ -594,7 +579,6 @@ def run_node():
         sys.exit("python -m cdsgd_mx.server runs a scheduler or server: set DMLC_ROLE=server|scheduler (got %r)" % role)
     if role == "scheduler":
         return run_scheduler()
-    use_server_engine()  # (read once, when MXNet's engine starts)
     os.environ["DMLC_ROLE"] = "worker"  # importing mxnet as a server would start the stock loop
     mx = import_mxnet(server=True)  # without scikit-learn and what else a server never uses (mxnet_import.py)
     from mxnet.base import _LIB, check_call
