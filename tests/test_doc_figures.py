@@ -1760,14 +1760,22 @@ def test_fig10s_table_is_its_record():
     assert "CD-SGD measures %.2fx its model in both records (OD-SGD %.2fx now" % (own("cdsgd"), own("odsgd")) in page
 
 
+def ab_jobs(raw):
+    """{(tree, model, link, system): [ms per job, in order]} from a raw file of bench.comm jobs
+    of two trees in turns, each job under '=== TREE MODEL CELL pass N'."""
+    jobs = {}
+    for tree, model, body in re.findall(r"^=== (\S+) (\S+) \w+ pass \d\n(.*?)(?=^===|^# done|\Z)", raw.read_text(),
+                                        re.M | re.S):
+        for link, system, ms in re.findall(r"^\[\d+/\d+\] \w+ (\w+)/hosts (\w+) \.\.\. ([\d.]+) ms", body, re.M):
+            jobs.setdefault((tree, model, link, system), []).append(float(ms))
+    return jobs
+
+
 def graded_jobs(raw):
     """{(tree, model, link): [ms per job, in order]} from the graded buckets' raw file, and its
     planned buckets {(tree, model): (count, largest)}."""
     text = raw.read_text()
-    jobs = {}
-    for tree, model, body in re.findall(r"^=== (\S+) (\S+) \w+ pass \d\n(.*?)(?=^===|^# done|\Z)", text, re.M | re.S):
-        for link, ms in re.findall(r"^\[\d+/\d+\] \w+ (\w+)/hosts ssgd \.\.\. ([\d.]+) ms", body, re.M):
-            jobs.setdefault((tree, model, link), []).append(float(ms))
+    jobs = {(tree, model, link): ms for (tree, model, link, system), ms in ab_jobs(raw).items() if system == "ssgd"}
     planned = {}
     for model, a, a_max, b, b_max in re.findall(
             r"^# buckets (\w+) 2w1s: A (\d+) \(largest (\d+) values\), B (\d+) \(largest (\d+) values\)", text, re.M):
@@ -1823,3 +1831,23 @@ def test_graded_buckets_taken_out_are_their_raw_file():
     why = " ".join(section(HOSTS, "### What keeps our rounds above 1.2x the bound").split())
     assert "took S-SGD's round to %s of its time at 10 Gbit/s and %s at 1 Gbit/s" % (
         span(ratio("10gbit"), "%.2f"), span(ratio("1gbit"), "%.2f")) in why
+
+
+def test_no_engine_threads_on_the_servers_taken_out_is_its_raw_file():
+    """NaiveEngine on our servers against the threaded engine, in turns: the span of the medians'
+    ratios, the 1 Gbit/s span without ResNet-20 both ways, and the unshaped rounds slower."""
+    text = section(HOSTS, "### What keeps our rounds above 1.2x the bound")
+    page = " ".join(text.replace("**", "").split())
+    (raw,) = raw_files(text, "server-engine-*.txt")
+    jobs = ab_jobs(raw)
+    cells = sorted({k[1:] for k in jobs})
+    assert len(cells) == 2 * 3 * 4 and all(len(jobs[t, *c]) == 3 for t in "AB" for c in cells)
+    ratio = {c: statistics.median(jobs[("B",) + c]) / statistics.median(jobs[("A",) + c]) for c in cells}
+    both_ways = ("resnet20", "1gbit", "bitsgd_2bit")
+    at_1g = [r for c, r in ratio.items() if c[1] == "1gbit" and c != both_ways]
+    unshaped = [r for c, r in ratio.items() if c[1] == "none"]
+    assert "no consistent change: the medians took %s of their time. At 1 Gbit/s %s, but %.2f for ResNet-20 both " \
+        "ways; unshaped, %d of %d rounds were slower" % (
+            span(ratio.values(), "%.2f"), span(at_1g, "%.2f"), ratio[both_ways], sum(r > 1 for r in unshaped),
+            len(unshaped)) in page
+    assert min(ratio.values()) < 1 < max(ratio.values())  # "no consistent change"
