@@ -1817,7 +1817,7 @@ def test_graded_buckets_taken_out_are_their_raw_file():
                             bound=protocol.DEFAULT_BIGARRAY_BOUND)
         assert (len(plan), max(b.size for b in plan)) == planned["A", m]
     ms = lambda values: 4 * 2 * values * 8 / 1e9 * 1e3  # fp32 from 2 workers at 1 Gbit/s
-    (b_count, b_max), (_, a_max) = planned["B", "inception_bn"], planned["A", "inception_bn"]
+    (_, b_max), (_, a_max) = planned["B", "inception_bn"], planned["A", "inception_bn"]
     assert "largest graded bucket holds %d values, %.2f MB from the two workers and %.1f ms at 1 Gbit/s, against " \
         "%.2f MB and %.1f ms for its largest 2^16-value bucket: its round grew by %.1f ms" % (
             b_max, 8 * b_max / 1e6, ms(b_max), 8 * a_max / 1e6, ms(a_max),
@@ -1841,7 +1841,7 @@ def test_no_engine_threads_on_the_servers_taken_out_is_its_raw_file():
     (raw,) = raw_files(text, "server-engine-*.txt")
     jobs = ab_jobs(raw)
     cells = sorted({k[1:] for k in jobs})
-    assert len(cells) == 2 * 3 * 4 and all(len(jobs[t, *c]) == 3 for t in "AB" for c in cells)
+    assert len(cells) == 2 * 3 * 4 and all(len(jobs[(t,) + c]) == 3 for t in "AB" for c in cells)
     ratio = {c: statistics.median(jobs[("B",) + c]) / statistics.median(jobs[("A",) + c]) for c in cells}
     both_ways = ("resnet20", "1gbit", "bitsgd_2bit")
     at_1g = [r for c, r in ratio.items() if c[1] == "1gbit" and c != both_ways]
