@@ -1666,13 +1666,20 @@ def test_the_holds_at_two_servers_are_their_raw_file():
         "for the thread's hold in the same runs" % (span(ratios("engine"), "%.2f"), pair("thread")) in answers
 
 
+def comm_jobs(text):
+    """(first, second, cell, link, system, ms) of every bench.comm job in a raw file of single
+    jobs, each run under '=== FIRST SECOND CELL pass N', in order."""
+    for a, b, cell, body in re.findall(r"^=== (\S+) (\S+) (\w+) pass \d\n(.*?)(?=^===|^# done|\Z)", text, re.M | re.S):
+        for link, system, ms in re.findall(r"^\[\d+/\d+\] \w+ (\w+)/hosts (\w+) \.\.\. ([\d.]+) ms", body, re.M):
+            yield a, b, cell, link, system, float(ms)
+
+
 def window_jobs(raw):
-    """{(first, second, system, cell): [ms per job, in order]} from a raw file of single
-    bench.comm jobs, each under '=== FIRST SECOND CELL pass N'."""
+    """{(first, second, system, cell): [ms per job, in order]} of the 1 Gbit/s jobs."""
     jobs = {}
-    for a, b, cell, body in re.findall(r"^=== (\S+) (\S+) (\w+) pass \d\n(.*?)(?=^===|\Z)", raw.read_text(), re.M | re.S):
-        for system, ms in re.findall(r"^\[\d+/\d+\] \w+ 1gbit/hosts (\w+) \.\.\. ([\d.]+) ms", body, re.M):
-            jobs.setdefault((a, b, system, cell), []).append(float(ms))
+    for a, b, cell, link, system, ms in comm_jobs(raw.read_text()):
+        if link == "1gbit":
+            jobs.setdefault((a, b, system, cell), []).append(ms)
     return jobs
 
 
@@ -1760,14 +1767,12 @@ def test_fig10s_table_is_its_record():
     assert "CD-SGD measures %.2fx its model in both records (OD-SGD %.2fx now" % (own("cdsgd"), own("odsgd")) in page
 
 
-def ab_jobs(raw):
-    """{(tree, model, link, system): [ms per job, in order]} from a raw file of bench.comm jobs
-    of two trees in turns, each job under '=== TREE MODEL CELL pass N'."""
+def ab_jobs(text):
+    """{(tree, model, link, system): [ms per job, in order]} from a raw file of two trees' jobs
+    in turns."""
     jobs = {}
-    for tree, model, body in re.findall(r"^=== (\S+) (\S+) \w+ pass \d\n(.*?)(?=^===|^# done|\Z)", raw.read_text(),
-                                        re.M | re.S):
-        for link, system, ms in re.findall(r"^\[\d+/\d+\] \w+ (\w+)/hosts (\w+) \.\.\. ([\d.]+) ms", body, re.M):
-            jobs.setdefault((tree, model, link, system), []).append(float(ms))
+    for tree, model, _, link, system, ms in comm_jobs(text):
+        jobs.setdefault((tree, model, link, system), []).append(ms)
     return jobs
 
 
@@ -1775,7 +1780,7 @@ def graded_jobs(raw):
     """{(tree, model, link): [ms per job, in order]} from the graded buckets' raw file, and its
     planned buckets {(tree, model): (count, largest)}."""
     text = raw.read_text()
-    jobs = {(tree, model, link): ms for (tree, model, link, system), ms in ab_jobs(raw).items() if system == "ssgd"}
+    jobs = {(tree, model, link): ms for (tree, model, link, system), ms in ab_jobs(text).items() if system == "ssgd"}
     planned = {}
     for model, a, a_max, b, b_max in re.findall(
             r"^# buckets (\w+) 2w1s: A (\d+) \(largest (\d+) values\), B (\d+) \(largest (\d+) values\)", text, re.M):
@@ -1839,7 +1844,7 @@ def test_no_engine_threads_on_the_servers_taken_out_is_its_raw_file():
     text = section(HOSTS, "### What keeps our rounds above 1.2x the bound")
     page = " ".join(text.replace("**", "").split())
     (raw,) = raw_files(text, "server-engine-*.txt")
-    jobs = ab_jobs(raw)
+    jobs = ab_jobs(raw.read_text())
     cells = sorted({k[1:] for k in jobs})
     assert len(cells) == 2 * 3 * 4 and all(len(jobs[(t,) + c]) == 3 for t in "AB" for c in cells)
     ratio = {c: statistics.median(jobs[("B",) + c]) / statistics.median(jobs[("A",) + c]) for c in cells}
