@@ -108,7 +108,7 @@ def test_each_door_trains_in_parts_the_weights_of_whole_buckets(tmp_path, door, 
     sums (a rows key per part, its W copied back into the bucket)."""
     runs = {}
     for part in ("32", "0"):
-        env = {"CDSGD_OPTIONS": "k=3,warmup_steps=2" + options, "CDSGD_PART_SIZE": part}
+        env = {"CDSGD_OPTIONS": "k=3,warmup_steps=2" + options, "CDSGD_PART_SIZE": part, "CDSGD_PARTS": "parts"}
         proc, runs[part] = job(tmp_path, door + part + options.replace(",", "-"), "--door", door, "--store",
                                "dist_sync_cdsgd", env=env,
                                worker=ROOT / "tests" / "workers" / worker)

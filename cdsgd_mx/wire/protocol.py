@@ -32,6 +32,7 @@ HANDSHAKE_BASE = CONFIG_KEY + 2  # from here: one start-up handshake key per ser
 HANDSHAKE_MARK = -7.0  # what only our server writes into a handshake answer (tags and sums are >= 0)
 REPORT_BASE = CONFIG_KEY - 64  # from here: one checkpoint report key per server (below the handshake's)
 STALE_KEY = REPORT_BASE - 1  # ignore_stale_grad=True: each step's count of workers with a fresh gradient, per parameter
+PARTS_KEY = REPORT_BASE - 2  # CDSGD_PARTS=auto: the workers' times of the trial steps in parts and whole (part_choice.py)
 REPORT_WIDTH = 4  # a checkpoint report row: result code, errno, save token (two 24-bit halves)
 
 

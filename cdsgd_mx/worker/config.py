@@ -2,7 +2,8 @@
 
 API: ConfigError; check_config(algorithm, k, warmup_steps, threshold, kvstore, nonfinite,
 bucket_size, aggregate, pull_compression, resync_every, fp32_sum); check_learning_rate(name, lr);
-existing_dist_sync(kvstore); push_window(environ).
+existing_dist_sync(kvstore); push_window(environ); part_size(fp32_sum, environ);
+parts_choice(environ).
 """
 import os
 
@@ -56,6 +57,20 @@ def part_size(fp32_sum="arrival", environ=os.environ):
     from cdsgd_mx.worker.buckets import PART_SIZE, RANK_PART_SIZE
     default = RANK_PART_SIZE if fp32_sum == "rank" else PART_SIZE
     return _whole_number(environ, PART_SIZE_ENV, default, "values per part of an fp32 round; 0: no parts") or None
+
+
+PARTS_ENV = "CDSGD_PARTS"  # how the fp32 rounds of buckets with parts go (part_choice.py)
+
+
+def parts_choice(environ=os.environ):
+    """CDSGD_PARTS: 'auto' (the default: the first fp32 steps try parts and whole buckets, the
+    job keeps the faster), 'parts' or 'whole'."""
+    from cdsgd_mx.worker.part_choice import MODES
+    value = environ.get(PARTS_ENV, "auto")
+    if value not in MODES:
+        raise ConfigError("%s must be one of %s (how fp32 rounds of buckets with parts go), got %r"
+                          % (PARTS_ENV, ", ".join(MODES), value))
+    return value
 
 
 def _whole_number(environ, name, default, what):

@@ -38,11 +38,13 @@ from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.worker.backends import DistBackend
 from cdsgd_mx.worker.compression import Compressor
 from cdsgd_mx.worker.config import (DEFAULT_RESYNC_EVERY, LAUNCH_VARIABLES, ConfigError, check_config,
-                                    existing_dist_sync, part_size, push_window, store_name)
+                                    existing_dist_sync, part_size, parts_choice, push_window,
+                                    store_name)
 from cdsgd_mx.worker.fusion import CallFusion
 from cdsgd_mx.worker.gluon_rules import GluonRules
 from cdsgd_mx.worker.local_update import LocalUpdate
 from cdsgd_mx.wire.pull_compression import down_size_of, relative_error
+from cdsgd_mx.worker.part_choice import PartChoice
 from cdsgd_mx.worker.rounds import RoundRunner
 from cdsgd_mx.worker.schedule import COMPRESSING, DELAYED, Schedule
 from cdsgd_mx.worker.step import StepEngine
@@ -132,6 +134,12 @@ class CDSGD(KVStoreBase):
         self._fp32_rows = fp32_sum == "rank" and isinstance(self._backend, DistBackend)
         # the fp32 rounds of the compressing algorithms go part by part (buckets.partition)
         self.part_size = part_size(fp32_sum) if algorithm in COMPRESSING else None
+        # ... or whole, where the job's first fp32 steps find that faster (part_choice.py); a
+        # bucket with rank-order parts has no rows key of its own, so those go part by part
+        self.parts = parts_choice()
+        if self._fp32_rows and self.parts == "whole":
+            raise ConfigError("CDSGD_PARTS=whole needs fp32_sum='arrival': with fp32_sum='rank' a bucket's fp32 rounds "
+                              "go part by part (CDSGD_PART_SIZE=0 gives buckets without parts)")
         self._nonfinite = guards.NonfinitePolicy(nonfinite, self._backend, self._names)
         self._type = "cdsgd_" + ("dist_sync" if existing else kvstore or "local")
         self._optimizer = None
@@ -141,12 +149,15 @@ class CDSGD(KVStoreBase):
         self._keys = protocol.Keys(self._backend.num_servers)
         self._registered = 0         # how many sets the servers know
         self._agreed = False         # the start-up configuration check ran
+        self._tally_open = False     # the key of the part choice's tally (part_choice.py)
         self._updates = 0            # steps not skipped: the global optimizer's updates so far
         self._update_of_step = 0     # the current step's update (the local rate's schedule reads it)
         self.param_names = None      # set by the Trainer, for the start-up check and messages
         self._beats = isinstance(self._backend, DistBackend)  # this store's steps are the job's (heartbeat.py)
         self.tracer = Tracer(trace, pid=self._backend.rank)
         self.rounds = RoundRunner(self._backend, self._schedule, self.threshold, self.tracer, self._names, window)
+        if self.part_size is not None and not self._fp32_rows:
+            self.rounds.choice = PartChoice(self.parts, self._backend, self._backend.rank)
         self.engine = StepEngine(self.rounds, self.local, self.tracer, self.aggregate)  # Algorithm 1's timing
         self.fusion = CallFusion(self)  # one-parameter calls (Module, gluon.Trainer) collected into buckets
         self.rules = GluonRules(self._backend, self.local, self._names, self.algorithm in DELAYED, self.wait_all)
@@ -440,6 +451,10 @@ class CDSGD(KVStoreBase):
                 u.rows_key = self._keys.on(b.server)
         if new:
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)
+        choice = self.rounds.choice
+        if choice is not None and choice.decided is None and not self._tally_open and any(b.parts for b in new):
+            self._backend.open_tally(protocol.PARTS_KEY, 2)  # (every worker registers the same sets at the same step)
+            self._tally_open = True
         self._registered = len(self._sets)
 
     # ---- helpers for the Trainer -------------------------------------------------------------

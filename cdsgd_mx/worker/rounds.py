@@ -6,12 +6,15 @@ worker's proof, issue the pulls of W(t+1)
 bucket's round was applied (sending it again if a server dropped it); what a 2-bit pull brings
 is decoded into V and comm_buf by an engine operation issued behind it (pull_compression.py).
 An fp32 round keeps at most a window of pushes in flight (PushWindow); a bucket with parts
-(buckets.partition) goes part by part in an fp32 round, whole in a 2-bit one.
+(buckets.partition) goes part by part in an fp32 round, whole in a 2-bit one; or whole in an
+fp32 round too, where the job measured whole buckets faster (part_choice.py).
 
 API: RoundRunner(backend, schedule, threshold, tracer, names, window).push(bset, t, keep_residual)
 -> check; .check(bset, t) -> follow-up; .bytes_of_step(sets, t); bytes_pushed, bytes_by_step,
 resent.
 """
+import time
+
 from cdsgd_mx.wire import auth
 from cdsgd_mx import codec
 from cdsgd_mx.cluster import heartbeat
@@ -64,6 +67,8 @@ class RoundRunner:
         # fp32 rounds go to the buckets' rows keys where they have one (fp32_sum='rank'); False:
         # to the weight keys (bench.comm's paired_sum times both sums in one job)
         self.fp32_rows = True
+        # part_choice.PartChoice: whether the fp32 rounds of buckets with parts go whole (None: never)
+        self.choice = None
 
     def push(self, bset, t, keep_residual=None):
         """Communication thread, push phase: push g(t) from comm_buf (codes or fp32) bucket by
@@ -73,20 +78,23 @@ class RoundRunner:
         compressed = self.schedule.compressed(t)
         pull_down, tracked = self.schedule.pull_compressed(t), self._tracked(bset, t)
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
-        pushed, start = 0, self.tracer.now_us()
+        pushed, start, start_s = 0, self.tracer.now_us(), time.perf_counter()
         window = PushWindow(self.window)
+        whole = not compressed and self._has_parts(bset) and self.choice is not None and self.choice.whole(t)
         if not compressed:
             # every part's g(t) is taken first (buckets.partition): W comes back into its
             # bucket's comm_buf, and a copy there ahead of the next part's would hold that part's
             # push behind this part's pull
-            for b in bset.buckets:
+            for b in bset.buckets if not whole else ():
                 for p in b.parts:
                     bset.fp32_to_comm(p)
-            for i, u in self.fp32_units(bset):
+            for i, u in self.fp32_units(bset, whole):
                 pushed += self._push_fp32(bset, u, i, t, window, tracked, keep)
                 self._pull(bset, t, i, u, self._rows_key(u), start)  # (a rows push: its pull right behind it)
                 if u.whole is not None:  # a part's W, once in, into its bucket's comm_buf
                     bset.part_to_comm(u)
+            if self._has_parts(bset) and self.choice is not None and self.choice.timing(t):
+                self.choice.time_step(t, start_s, bset.comm_wires)  # (every W lands in comm_buf)
         for i, b in enumerate(bset.buckets if compressed else ()):  # a 2-bit round: each bucket's codes
             with self.tracer.span("quantize", bucket=i, step=t):
                 codes, bad = bset.compressor.compress(i, bset.gradient(b, from_grad=not self.schedule.delayed(t)))
@@ -110,13 +118,27 @@ class RoundRunner:
         return lambda: self.check(bset, t)
 
     @staticmethod
-    def fp32_units(bset):
+    def units(b, whole=False):
+        """What an fp32 round of bucket b pushes: its parts, or itself (no parts, or whole)."""
+        return [b] if whole or not b.parts else b.parts
+
+    @staticmethod
+    def _has_parts(bset):
+        return any(b.parts for b in bset.buckets)
+
+    def _went_whole(self, bset, t):
+        """Whether step t's fp32 round of the set went whole (part_choice.py), once pushed."""
+        return self.choice is not None and self._has_parts(bset) and self.choice.mode_of(t)
+
+    @classmethod
+    def fp32_units(cls, bset, whole=False):
         """[(bucket index, unit)] in the order an fp32 round pushes them: each bucket, or where
         buckets have parts, the buckets' parts in turn (every bucket's first part, then every
         second part, ...). A bucket's parts share its server: pushed one after another, they
         kept one server's NIC busy while the others idled (CD-SGD's correction at 8 + 2 took as
-        long in parts as whole); in turn they go to every server, as consecutive buckets do."""
-        units = [b.parts or [b] for b in bset.buckets]
+        long in parts as whole); in turn they go to every server, as consecutive buckets do.
+        whole: every bucket whole (part_choice.py)."""
+        units = [cls.units(b, whole) for b in bset.buckets]
         return [(i, us[j]) for j in range(max(map(len, units), default=0)) for i, us in enumerate(units) if j < len(us)]
 
     def _push_fp32(self, bset, u, i, t, window, tracked, keep):
@@ -148,8 +170,9 @@ class RoundRunner:
         compressed = self.schedule.compressed(t)
         pull_down, tracked = self.schedule.pull_compressed(t), self._tracked(bset, t)
         rounds = [self._round(b) for b in bset.buckets]  # the counts this round brings once applied
+        whole = compressed or self._went_whole(bset, t)
         for i, b in enumerate(bset.buckets):
-            for u in b.parts if b.parts and not compressed else [b]:
+            for u in self.units(b, whole):
                 self._check_applied(bset, u, i, t, compressed, pull_down, tracked, rounds)
             if bset.copy is not None and tracked:
                 with self.tracer.span("track", bucket=i, step=t):
@@ -163,9 +186,9 @@ class RoundRunner:
             for i in range(len(bset.buckets)):
                 bset.copy.collect(i, rounds[i])
         after = self._tracked(bset, t + 1)  # (sealed as what the next round is)
-        # (a part's proof is sealed again only after its own round: a 2-bit round leaves it as it was)
+        # (a part's proof is sealed again only after its own round: a 2-bit or whole round leaves it as it was)
         return lambda: [self.backend.seal_next(u, after) for b in bset.buckets
-                        for u in [b] + (b.parts if not compressed else [])]
+                        for u in [b] + (b.parts if not whole else [])]
 
     def _check_applied(self, bset, u, i, t, compressed, pull_down, tracked, rounds):
         """u's round (bucket i's, or one of its parts') was applied, else it is sent again until it is."""
@@ -253,5 +276,6 @@ class RoundRunner:
         """Bytes this worker pushes at step t by the schedule and the buckets (what push counts
         into bytes_by_step once the step's rounds have run)."""
         compressed = self.schedule.compressed(t)
-        return sum(self.payload_bytes(b, bset) if compressed else sum(self.fp32_bytes(u, bset) for u in b.parts or [b])
+        return sum(self.payload_bytes(b, bset) if compressed else
+                   sum(self.fp32_bytes(u, bset) for u in self.units(b, self._went_whole(bset, t)))
                    for bset in sets for b in bset.buckets)

@@ -118,7 +118,7 @@ def test_a_resync_sets_v_to_w_and_a_correction_moves_v_by_codes(tmp_path, alg, p
     momentum). parts: the fp32 rounds (the warm-up, cdsgd's corrections) go in parts of 64
     values (CDSGD_PART_SIZE=64: the 700-value parameter cut), and the servers move V once a
     bucket's last part is in: the same x, W and V, bit for bit."""
-    got, server = run(tmp_path, alg, 2, 2, 9, env={"CDSGD_PART_SIZE": "64"} if parts else None)
+    got, server = run(tmp_path, alg, 2, 2, 9, env={"CDSGD_PART_SIZE": "64", "CDSGD_PARTS": "parts"} if parts else None)
     assert all(bool(g["parts"]) == parts for g in got)
     xs, W, V = sim(alg, 2, 2, 9)
     w_flat = np.concatenate([W[i].reshape(-1)[b:e] for pieces in layout(2, 2) for i, b, e in pieces])

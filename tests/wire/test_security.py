@@ -290,8 +290,8 @@ def foreign_push_jobs(tmp_path_factory):
         for algorithm, target in FOREIGN_PUSHES + [MXNET_STOP]:
             tmp = tmp_path_factory.mktemp("%s-%s" % (algorithm, target))
             marker = "%d-%d-%s-%s" % (os.getpid(), time.time_ns(), algorithm, target)
-            launch = STOP_LAUNCH if target == "mxnet-stop" else ("--env", "CDSGD_PART_SIZE=%d" % PART) \
-                if target.startswith("part") else ()
+            parts = ("--env", "CDSGD_PART_SIZE=%d" % PART, "--env", "CDSGD_PARTS=parts")  # (pushed to: a part's key)
+            launch = STOP_LAUNCH if target == "mxnet-stop" else parts if target.startswith("part") else ()
             job, go = _launch_paused_job(tmp, marker, algorithm, launch, both_ways=target.endswith("both-ways"))
             jobs[(algorithm, target)] = (job, go, marker, tmp)
         for (algorithm, target), (job, go, marker, tmp) in jobs.items():

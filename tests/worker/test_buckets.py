@@ -188,6 +188,7 @@ def test_parts_do_not_change_the_result(monkeypatch, alg, name, kw, pull):
     results = []
     for part in ("0", "8"):
         monkeypatch.setenv("CDSGD_PART_SIZE", part)
+        monkeypatch.setenv("CDSGD_PARTS", "parts")
         params, plist = _params(SHAPES)
         tr = cdsgd_mx.Trainer(params, name, kw, kvstore="local", algorithm=alg, warmup_steps=2, k=3, threshold=0.25,
                               pull_compression=pull, resync_every=0)

@@ -54,8 +54,9 @@ def start(tmp, workers, servers, *worker_args, stock_server=False, timeout=120, 
     return proc, out, workers, timeout
 
 
-def finish(job, allow_missing=False):
-    """The job's results, one dict per rank (None with allow_missing)."""
+def finish(job, allow_missing=False, output=None):
+    """The job's results, one dict per rank (None with allow_missing); output: a list that gets
+    the job's standard output."""
     proc, out, workers, timeout = job
     try:
         stdout, stderr = proc.communicate(timeout=timeout + 30)
@@ -67,6 +68,8 @@ def finish(job, allow_missing=False):
     # (its pull came back before the server's update, e.g. a pull not ordered after the
     # acknowledgement of a payload push) would be sent again and say so
     assert "the server dropped" not in stdout + stderr, (stdout + stderr)[-3000:]
+    if output is not None:
+        output.append(stdout)
     if allow_missing:
         return None
     return [dict(np.load(out / ("rank%d.npz" % r))) for r in range(workers)]
@@ -266,6 +269,30 @@ def test_bytes_pushed_match_the_wire_format(tmp_path):
     assert (codes - (8 + proof) * len(plan)) * 10 < fp32 - 2 * proof * len(plan)
 
 
+def parts_layout():
+    """The engine worker's buckets at 2 workers + 2 servers in parts of 64 values (the (700,)
+    parameter's halves cut again): (plan, the parts, an fp32 step's bytes by whole?, a 2-bit
+    step's bytes), each pushed array with its proof region."""
+    sizes = [int(np.prod(s)) for s in SHAPES]
+    plan = buckets.plan(list(enumerate(sizes)), buckets.DEFAULT_BUCKET_SIZE, 2, 2, protocol.Keys(2), bound=BOUND,
+                        part_size=64)
+    units = [u for b in plan for u in b.parts or [b]]
+    assert len(units) > 2 * len(plan)
+    proof = 4 * auth.TAG_FLOATS
+    fp32 = {whole: 4 * sum(sizes) + 2 * proof * (len(plan) if whole else len(units)) for whole in (False, True)}
+    return plan, units, fp32, sum(4 * codec.packed_size(b.size) + 8 + proof for b in plan)
+
+
+def assert_weights_and_bytes(got, xs, W, want):
+    """Both workers end with the simulation's W and x, and pushed `want` bytes per step, as the
+    kvstore's own accounting says too."""
+    for r in range(2):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(got[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
+        assert got[r]["bytes"].tolist() == want and got[r]["bytes_expected"].tolist() == want
+
+
 @pytest.mark.parametrize("alg,window", [("bitsgd", None), ("cdsgd", None), ("cdsgd", "1")])
 def test_fp32_rounds_in_parts_give_the_simulations_weights(tmp_path, alg, window):
     """CDSGD_PART_SIZE=64 at 2 workers + 2 servers: each bucket's fp32 rounds (warm-up and
@@ -275,25 +302,16 @@ def test_fp32_rounds_in_parts_give_the_simulations_weights(tmp_path, alg, window
     simulation's; the bytes pushed are the parts' (a proof region each), so the parts were used.
     With CDSGD_PUSH_WINDOW=1 the window counts parts: from the 5th part of a round on, each
     push follows one earlier part's W."""
-    env = {"CDSGD_PART_SIZE": "64", **({"CDSGD_PUSH_WINDOW": window} if window else {})}
+    env = {"CDSGD_PART_SIZE": "64", "CDSGD_PARTS": "parts", **({"CDSGD_PUSH_WINDOW": window} if window else {})}
     cfg = dict(CFG, trace=str(tmp_path / "trace{index}.json"))
     got = finish(start(tmp_path, 2, 2, "--algorithm", alg, "--steps", str(STEPS), "--warmup", str(WARMUP),
                        "--k", str(K), "--threshold", str(T), "--config", json.dumps(cfg), env=env))
     xs, W = sim(alg, 2)
-    sizes = [int(np.prod(s)) for s in SHAPES]
-    plan = buckets.plan(list(enumerate(sizes)), buckets.DEFAULT_BUCKET_SIZE, 2, 2, protocol.Keys(2), bound=BOUND,
-                        part_size=64)
-    units = [u for b in plan for u in b.parts or [b]]
-    assert len(units) > 2 * len(plan) and all(u.size <= 64 for b in plan for u in b.parts)
-    proof = 4 * auth.TAG_FLOATS
-    fp32 = 4 * sum(sizes) + 2 * proof * len(units)
-    codes = sum(4 * codec.packed_size(b.size) + 8 + proof for b in plan)
-    want = [codes if Schedule(alg, WARMUP, K).compressed(t) else fp32 for t in range(STEPS)]
+    plan, units, fp32, codes = parts_layout()
+    assert all(u.size <= 64 for b in plan for u in b.parts)
+    want = [codes if Schedule(alg, WARMUP, K).compressed(t) else fp32[False] for t in range(STEPS)]
+    assert_weights_and_bytes(got, xs, W, want)
     for r in range(2):
-        for i in range(len(SHAPES)):
-            np.testing.assert_allclose(got[r]["w%d" % i], W[i], rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(got[r]["x%d" % i], xs[r][i], rtol=1e-5, atol=1e-5)
-        assert got[r]["bytes"].tolist() == want and got[r]["bytes_expected"].tolist() == want
         events = json.load(open(tmp_path / ("trace%d.json" % r)))["traceEvents"]
         pushes = [e for e in events if e["name"] == "push fp32"]
         fp32_steps = [t for t in range(STEPS) if not Schedule(alg, WARMUP, K).compressed(t)]
@@ -307,6 +325,43 @@ def test_fp32_rounds_in_parts_give_the_simulations_weights(tmp_path, alg, window
         assert bool(windows) == bool(window) and all(len(e["args"]["after"]) == 1 for e in windows)
         if window:  # every part from the 5th of each round on, in each fp32 round
             assert len(windows) == len(pushes) - 4 * (len(pushes) // len(units))
+
+
+@pytest.mark.parametrize("mode", ["whole", "auto"])
+def test_buckets_with_parts_go_whole_or_the_way_the_trials_chose(tmp_path, mode):
+    """Buckets with parts (CDSGD_PART_SIZE=64, 2 workers + 2 servers), cdsgd with 8 warm-up
+    steps: CDSGD_PARTS=whole sends every fp32 round whole; auto sends the first 7 fp32 steps
+    as part_choice.TRIALS says (parts, then P W W P P W), then every later one (the last
+    warm-up step, the corrections) the way rank 0 prints that the workers' added times chose.
+    Either way the simulation's weights, bit for bit as the rounds in parts give them; a step's
+    pushes (trace) and bytes are its way's units, and the kvstore's accounting agrees."""
+    from cdsgd_mx.worker.part_choice import TRIALS
+    steps, warmup = 14, 8
+    cfg = dict(CFG, trace=str(tmp_path / "trace{index}.json"))
+    output = []
+    got = finish(start(tmp_path, 2, 2, "--algorithm", "cdsgd", "--steps", str(steps), "--warmup", str(warmup),
+                       "--k", str(K), "--threshold", str(T), "--config", json.dumps(cfg),
+                       env={"CDSGD_PART_SIZE": "64", "CDSGD_PARTS": mode}), output=output)
+    schedule = Schedule("cdsgd", warmup, K)
+    fp32_steps = [t for t in range(steps) if not schedule.compressed(t)]
+    if mode == "whole":
+        ways = [True] * len(fp32_steps)
+    else:
+        said = [line for line in output[0].splitlines() if "fp32 rounds in" in line]
+        assert len(said) == 1, output[0][-3000:]  # rank 0 only, once
+        decided = "fp32 rounds in whole buckets from now on" in said[0]
+        assert decided or "fp32 rounds in parts from now on" in said[0]
+        ways = list(TRIALS) + [decided] * (len(fp32_steps) - len(TRIALS))
+    init = [init_value(i, s) for i, s in enumerate(SHAPES)]
+    xs, W = simulate("cdsgd", 2, steps, warmup, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
+                     CFG["batch"])
+    plan, units, fp32, codes = parts_layout()
+    way = dict(zip(fp32_steps, ways))
+    assert_weights_and_bytes(got, xs, W, [fp32[way[t]] if t in way else codes for t in range(steps)])
+    for r in range(2):
+        events = json.load(open(tmp_path / ("trace%d.json" % r)))["traceEvents"]
+        pushes = [e["args"]["step"] for e in events if e["name"] == "push fp32"]
+        assert [pushes.count(t) for t in fp32_steps] == [len(plan) if w else len(units) for w in ways]
 
 
 @pytest.mark.parametrize("alg,fp32_sum", [("ssgd", "arrival"), ("cdsgd", "rank")])

@@ -1,0 +1,93 @@
+"""Parts or whole buckets for the fp32 rounds, chosen by measurement in each job.
+
+A bucket with parts (buckets.partition) can take an fp32 round whole as well: the server keeps
+both ways (a part's stored weights are a stretch of its bucket's, its optimizer states views
+of the bucket's), so either way gives the same weights, bit for bit. Which way is faster
+depends on the network and the cores (docs/performance.md, "Parts"): where the wire sets the
+round, parts (one part's W comes back while the next part's push goes out: CD-SGD's correction
+on Inception-BN took 0.68 of its whole-bucket time at 8 workers + 2 servers on 1 Gbit/s NICs);
+where the CPU sets it, whole buckets (16x fewer messages: 0.76 at 4 + 1 on 10 Gbit/s NICs, 2
+cores).
+
+So the first fp32 steps try both (TRIALS: one untimed step in parts, then parts and whole in
+the order P W W P P W, which a steady drift cannot favour), each step timed from its first push
+to when the engine has its last W; the workers then add up their times (a tally: every worker
+gets the same sums, so every worker takes the same way, as it must: a key's round waits for
+every worker's push of it) and the rest of the job goes the faster way.
+CDSGD_PARTS: auto (the default), parts or whole (worker/config.py).
+
+API: PartChoice(mode, backend, rank).whole(t) / mode_of(t) / timing(t) / time_step(t, start_s,
+wires); decided, sums; MODES; TRIALS (the trial order).
+"""
+import ctypes
+
+import numpy as np
+
+from cdsgd_mx.wire import protocol
+
+MODES = ("auto", "parts", "whole")
+TRIALS = (False, False, True, True, False, False, True)  # whole? per fp32 step: the first untimed (page faults, first pulls)
+
+
+class PartChoice:
+    """Which way the fp32 rounds of the sets with parts go at each step (the same at every
+    worker): whole(t) is asked once per round, by the communication thread, in step order."""
+
+    def __init__(self, mode, backend, rank=0):
+        if mode not in MODES:
+            raise ValueError("mode must be one of %s, got %r" % (", ".join(MODES), mode))
+        self.mode, self.backend, self.rank = mode, backend, rank
+        self.decided = None if mode == "auto" else mode == "whole"  # None: still trying
+        self.trials = {}    # fp32 step -> whole? (the steps of the trials: what bytes_of_step reports for them)
+        self.timings = {}   # timed trial step -> [(start, the engine's stamp, its done array)], one per set
+        self.sums = None    # after the decision: (parts, whole) seconds, every worker's added up
+
+    def whole(self, t):
+        """Whether step t's fp32 rounds go whole (the communication thread, at a round's push)."""
+        if t in self.trials:
+            return self.trials[t]
+        if self.decided is not None:
+            return self.decided
+        if len(self.trials) < len(TRIALS):
+            self.trials[t] = TRIALS[len(self.trials)]
+            return self.trials[t]
+        self.decided = self._decide()
+        return self.decided
+
+    def mode_of(self, t):
+        """whole(t) for a step whose rounds have run (no trial is started): bytes_of_step."""
+        return self.trials.get(t, bool(self.decided))
+
+    def timing(self, t):
+        """Whether step t's rounds are timed: a trial step after the first."""
+        return self.decided is None and t in self.trials and t != min(self.trials)
+
+    def time_step(self, t, start_s, wires):
+        """Step t's round of one set began at start_s (time.perf_counter()); the engine stamps
+        the time once every write of `wires` (the set's comm_buf, where every W lands) issued so
+        far is done, without holding up this thread."""
+        import mxnet as mx
+        from cdsgd_mx.worker import engine_ops
+        seconds, done = ctypes.c_double(0.0), mx.nd.zeros((1,))
+        engine_ops.stamp(wires, [done], seconds)
+        self.timings.setdefault(t, []).append((start_s, seconds, done))
+
+    def _decide(self):
+        """The trial steps' times, every worker's added up: whole buckets if they took less."""
+        mine = np.zeros(2, np.float32)
+        for t, rounds in self.timings.items():
+            for start, seconds, done in rounds:
+                done.wait_to_read()
+                mine[int(self.trials[t])] += seconds.value - start
+        self.timings = {}
+        total = self.backend.tally(protocol.PARTS_KEY, mine)
+        self.sums = (float(total[0]), float(total[1]))
+        whole = self.sums[1] < self.sums[0]
+        if self.rank == 0:
+            each = TRIALS.count(True)
+            print("cdsgd_mx: fp32 rounds %s from now on (%d trial steps each way, all workers' times added: parts "
+                  "%.1f ms, whole buckets %.1f ms; CDSGD_PARTS=parts or whole fixes the way)"
+                  % ("in whole buckets" if whole else "in parts", each, 1e3 * self.sums[0], 1e3 * self.sums[1]),
+                  flush=True)
+        return whole
+
