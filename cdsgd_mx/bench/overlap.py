@@ -316,8 +316,8 @@ def run_job(cmd, name):
         sys.exit("bench.overlap: the %s job failed (exit code %d)" % (name, proc.returncode))
     result = json.loads(lines[0].split("RESULT ", 1)[1])
     for line in proc.stdout.splitlines():  # the way the job's fp32 rounds took (worker/part_choice.py)
-        if line.startswith("cdsgd_mx: fp32 rounds in"):
-            sys.stderr.write("  %s job: %s\n" % (name, line))
+        if "cdsgd_mx: fp32 rounds in" in line:
+            sys.stderr.write("  %s job: %s\n" % (name, line[line.index("cdsgd_mx:"):]))
     served = [r["serving_cpu"] for r in stages.reports(proc.stdout) if r["serving_cpu"] is not None]
     result["server_cpu_ms"] = 1e3 * max(served) / result["steps"] if served and result.get("steps") else None
     return result

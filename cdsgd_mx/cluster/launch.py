@@ -63,11 +63,11 @@ from cdsgd_mx.cluster.watchdog import Watchdog
 # settings every node gets from the launcher's environment, here or over ssh: the numerics every
 # node pins (numerics.py), the servers' stage and CPU report and their proof checks' timing
 # (bench.comm and bench.overlap ask for them), the servers' codec threads (server/node.py), the
-# workers' window of fp32 pushes in flight (worker/rounds.py) and part size (worker/buckets.py), and PYTHONPATH: where this Python
+# workers' window of fp32 pushes in flight (worker/rounds.py), part size (worker/buckets.py) and way (worker/part_choice.py), and PYTHONPATH: where this Python
 # finds its packages (a checkout not installed; the same paths on every host, as the script's),
 # else a script run by path on a host would import whichever cdsgd_mx that host's Python has installed
 FORWARDED = (numerics.ENV, stages.ENV, "CDSGD_PROOF_STATS", "CDSGD_SERVER_THREADS", "CDSGD_PUSH_WINDOW", "CDSGD_PART_SIZE",
-             "PYTHONPATH")
+             "CDSGD_PARTS", "PYTHONPATH")
 
 SERVERS_ENV = "CDSGD_SERVERS"  # tells a worker whose servers these are: 'cdsgd' (ours) or 'stock' (worker/doors.py)
 

@@ -75,7 +75,8 @@ FP32_BUCKET_SIZE = 1 << 16
 # buckets (the codes' CPU is per bucket). Measured (docs/performance.md, "Parts"): CD-SGD on
 # Inception-BN at 8 workers + 2 servers, 1 Gbit/s NICs: its fp32 round 298-324 ms in parts of
 # 2^16 (3 jobs), 328-335 at 2^17, 332-340 at 2^15, 447-456 on whole 2^20 buckets. On fast links,
-# where the CPU is the limit, whole buckets are faster (CDSGD_PART_SIZE=0: worker/config.py).
+# where the CPU is the limit, whole buckets are faster: each job's first fp32 steps try both
+# ways and it keeps the faster (part_choice.py; CDSGD_PART_SIZE=0: no parts at all).
 PART_SIZE = FP32_BUCKET_SIZE
 # With fp32_sum='rank' a part is as large as its rows key may be (plan() cuts at the rows'
 # bound): a rank-order part costs a round trip more (its acknowledgement, then W's pull), so

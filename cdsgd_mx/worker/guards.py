@@ -12,6 +12,7 @@ import numpy as np
 from cdsgd_mx import numerics
 from cdsgd_mx.wire import auth, protocol
 from cdsgd_mx.worker.config import FP32_SUMS, NONFINITE_POLICIES, PULL_COMPRESSIONS, ConfigError
+from cdsgd_mx.worker.part_choice import MODES as PART_MODES
 from cdsgd_mx.worker.schedule import ALGORITHMS
 
 
@@ -49,13 +50,14 @@ def check_agreement(backend, settings, sets, param_names):
     layout = json.dumps([bset.layout() for bset in sets])
     fields = ["algorithm", "k", "warmup_steps", "threshold", "nonfinite", "bucket_size",
               "number of parameters", "update_on_kvstore", "parameter shapes", "parameter names", "bucket layout",
-              "pull_compression", "resync_every", "fp32_sum", "numerics"]
+              "pull_compression", "resync_every", "fp32_sum", "numerics", "CDSGD_PARTS"]
     mine = [ALGORITHMS.index(settings["algorithm"]), settings["k"], settings["warmup_steps"],
             np.float32(settings["threshold"]), NONFINITE_POLICIES.index(settings["nonfinite"]),
             settings["bucket_size"], sum(len(bset.keys) for bset in sets), not settings["aggregate"]] + \
            [zlib.crc32(x.encode()) & 0xFFFF for x in (shapes, names, layout)] + \
            [PULL_COMPRESSIONS.index(settings["pull_compression"]), settings["resync_every"],
-            FP32_SUMS.index(settings["fp32_sum"]), numerics.MODES.index(numerics.active())]
+            FP32_SUMS.index(settings["fp32_sum"]), numerics.MODES.index(numerics.active()),
+            PART_MODES.index(settings["parts"])]  # (a worker pushing whole keys the others push in parts would wait)
     rows = backend.gather_rows(protocol.CONFIG_KEY, np.array(mine, np.float32))
     problems = []
     for i, field in enumerate(fields):
@@ -63,7 +65,7 @@ def check_agreement(backend, settings, sets, param_names):
         if np.any(values != values[0]):
             shown = [ALGORITHMS[int(v)] if i == 0 else NONFINITE_POLICIES[int(v)] if i == 4
                      else PULL_COMPRESSIONS[int(v)] if i == 11 else FP32_SUMS[int(v)] if i == 13
-                     else numerics.MODES[int(v)] if i == 14
+                     else numerics.MODES[int(v)] if i == 14 else PART_MODES[int(v)] if i == 15
                      else float(v) if i == 3 else int(v) for v in values]
             if 8 <= i <= 10:  # checksums
                 problems.append("%s differ" % field)

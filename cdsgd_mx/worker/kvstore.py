@@ -415,7 +415,8 @@ class CDSGD(KVStoreBase):
         return {"algorithm": self.algorithm, "k": self.k, "warmup_steps": self.warmup_steps,
                 "threshold": self.threshold, "nonfinite": self.nonfinite, "bucket_size": self.bucket_size,
                 "aggregate": self.aggregate, "pull_compression": self.pull_compression,
-                "resync_every": self.resync_every, "fuse_calls": self.fuse_calls, "fp32_sum": self.fp32_sum}
+                "resync_every": self.resync_every, "fuse_calls": self.fuse_calls, "fp32_sum": self.fp32_sum,
+                "parts": self.parts}
 
     def _sum_only(self):
         """The first pushpull came without out= and no optimizer was set: the script's workers

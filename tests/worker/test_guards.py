@@ -69,7 +69,7 @@ def test_check_servers_names_a_stock_server_and_a_foreign_secret():
 
 SETTINGS = {"algorithm": "cdsgd", "k": 2, "warmup_steps": 5, "threshold": 0.5, "nonfinite": "error",
             "bucket_size": 1024, "aggregate": False, "pull_compression": "none", "resync_every": 10,
-            "fp32_sum": "arrival"}
+            "fp32_sum": "arrival", "parts": "auto"}
 
 
 def test_check_agreement_names_each_field_and_rank_that_differs():
@@ -106,6 +106,13 @@ def test_check_agreement_names_each_field_and_rank_that_differs():
     with pytest.raises(ConfigError) as e:
         guards.check_agreement(FakeBackend(rows=[pinned]), SETTINGS, sets, ["w", "b"])
     assert str(e.value) == "workers disagree on the configuration: numerics is 'native' on rank 0, 'portable' on rank 1"
+
+    def whole(row):
+        row[15] = 2  # CDSGD_PARTS=whole on rank 1: it would push whole buckets where rank 0 pushes parts
+        return row
+    with pytest.raises(ConfigError) as e:
+        guards.check_agreement(FakeBackend(rows=[whole]), SETTINGS, sets, ["w", "b"])
+    assert str(e.value) == "workers disagree on the configuration: CDSGD_PARTS is 'auto' on rank 0, 'whole' on rank 1"
 
 
 def test_nonfinite_error_names_the_parameter_and_the_step():
