@@ -742,6 +742,50 @@ def test_the_part_size_is_its_raw_file():
     assert "**Kept: 2^16**" in parts and buckets.PART_SIZE == 2 ** 16
 
 
+def test_parts_or_whole_chosen_in_each_job_is_its_raw_file():
+    """The three ways' table (3 jobs per way and link: medians, ranges, the way auto took in
+    each job) and the bullets' ratios, from the jobs' printouts; Today's answer says the same."""
+    choice = section(SCALING, "### Parts or whole, chosen in each job")
+    (raw,) = raw_files(choice, "parts-choice-*.txt")
+    head = r"(1|10)gbit \d+\+\d pass (\d) mode (\w+)"
+    jobs = overlap_jobs(raw, head)
+    ways = ("parts", "whole", "auto")
+    assert sorted(jobs) == sorted((link, p, w) for link in (1, 10) for p in (1, 2, 3) for w in ways)
+    took = {}  # (link, pass) -> the way auto's job printed
+    for m in re.finditer(r"^=== %s [\d:]+\n(.*?)(?=^=== )" % head, raw.read_text(), re.M | re.S):
+        said = re.findall(r"cdsgd_mx: fp32 rounds in (parts|whole buckets) from now on", m.group(4))
+        assert len(said) == (m.group(3) == "auto")  # only auto tries and says which way it took
+        if said:
+            took[(int(m.group(1)), int(m.group(2)))] = said[0].split()[0]
+    phi = lambda link, w: [jobs[(link, p, w)][0] for p in (1, 2, 3)]
+    step = lambda link, w, a="cdsgd": [jobs[(link, p, w)][2][a][0] for p in (1, 2, 3)]
+    kept = {link: {took[(link, p)] for p in (1, 2, 3)} for link in (1, 10)}
+    assert kept == {1: {"parts"}, 10: {"whole"}}
+    want = []
+    for link, label in ((1, "1 Gbit/s, 8 + 2"), (10, "10 Gbit/s, 4 + 1")):
+        want.append([label, "correction alone (phi)"] + [median_range(phi(link, w)) for w in ways] +
+                    ["%s, 3 of 3 jobs" % kept[link].pop()])
+        want.append([label, "CD-SGD's step"] + [median_range(step(link, w)) for w in ways] + [""])
+    assert rows(choice)[1:] == want
+    med = lambda values: statistics.median(values)
+    choice = " ".join(choice.split())  # (the phrases below, wherever the lines break)
+    assert "0.75 of whole buckets' time at 1 Gbit/s" in choice and "%.2f" % (med(phi(1, "auto")) / med(phi(1, "whole"))) == "0.75"
+    assert "0.66 of parts' at 10 Gbit/s" in choice and "%.2f" % (med(phi(10, "auto")) / med(phi(10, "parts"))) == "0.66"
+    # "each within the spread of the way it took"
+    assert min(phi(1, "parts")) <= med(phi(1, "auto")) <= max(phi(1, "parts"))
+    assert min(phi(10, "whole")) <= med(phi(10, "auto")) <= max(phi(10, "whole"))
+    bit = [v for w in ways for v in step(1, w, "bitsgd")]
+    assert "(%s ms)" % span(bit, "%.1f") in choice
+    assert all(min(step(1, w)) <= max(step(1, v)) for w in ways for v in ways)  # "the three ways' steps overlap"
+    assert "whole and auto take %.2f and %.2f of parts' step" % tuple(
+        med(step(10, w)) / med(step(10, "parts")) for w in ("whole", "auto")) in choice
+    here = "here %.2fx and %.2fx" % (med(phi(1, "whole")) / med(phi(1, "parts")), med(phi(10, "parts")) / med(phi(10, "whole")))
+    assert here in choice
+    answer = PERFORMANCE[PERFORMANCE.index("- **Parts or whole buckets for the fp32 rounds?**"):]
+    answer = " ".join(answer[:answer.index("\n- **", 1)].split())
+    assert "its correction 0.75 of whole buckets' time" in answer and "0.66 of parts' time" in answer
+
+
 def test_the_rank_order_parts_are_their_raw_file():
     """fp32_sum='rank' in three layouts (3 jobs each): the table from the jobs' printouts, and
     the default's lead in CD-SGD's step over every job of the others."""
