@@ -80,7 +80,7 @@ class RoundRunner:
         keep = not compressed and self.schedule.delayed(t) and bset.region and not bset.device  # see _kept_gradient
         pushed, start, start_s = 0, self.tracer.now_us(), time.perf_counter()
         window = PushWindow(self.window)
-        whole = not compressed and self._has_parts(bset) and self.choice is not None and self.choice.whole(t)
+        whole = not compressed and self._chooses(bset) and self.choice.whole(t)
         if not compressed:
             # every part's g(t) is taken first (buckets.partition): W comes back into its
             # bucket's comm_buf, and a copy there ahead of the next part's would hold that part's
@@ -93,7 +93,7 @@ class RoundRunner:
                 self._pull(bset, t, i, u, self._rows_key(u), start)  # (a rows push: its pull right behind it)
                 if u.whole is not None:  # a part's W, once in, into its bucket's comm_buf
                     bset.part_to_comm(u)
-            if self._has_parts(bset) and self.choice is not None and self.choice.timing(t):
+            if self._chooses(bset) and self.choice.timing(t):
                 self.choice.time_step(t, start_s, bset.comm_wires)  # (every W lands in comm_buf)
         for i, b in enumerate(bset.buckets if compressed else ()):  # a 2-bit round: each bucket's codes
             with self.tracer.span("quantize", bucket=i, step=t):
@@ -122,13 +122,13 @@ class RoundRunner:
         """What an fp32 round of bucket b pushes: its parts, or itself (no parts, or whole)."""
         return [b] if whole or not b.parts else b.parts
 
-    @staticmethod
-    def _has_parts(bset):
-        return any(b.parts for b in bset.buckets)
+    def _chooses(self, bset):
+        """Whether the set's fp32 rounds go the way the part choice says (it has buckets with parts)."""
+        return self.choice is not None and any(b.parts for b in bset.buckets)
 
     def _went_whole(self, bset, t):
         """Whether step t's fp32 round of the set went whole (part_choice.py), once pushed."""
-        return self.choice is not None and self._has_parts(bset) and self.choice.mode_of(t)
+        return self._chooses(bset) and self.choice.mode_of(t)
 
     @classmethod
     def fp32_units(cls, bset, whole=False):
