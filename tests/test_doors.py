@@ -122,6 +122,30 @@ def test_each_door_trains_in_parts_the_weights_of_whole_buckets(tmp_path, door, 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("door,worker", [("module", "module_worker.py"), ("gluon", "gluon_worker.py")])
+def test_each_door_lets_the_trials_choose_parts_or_whole_and_keeps_the_weights(tmp_path, door, worker):
+    """CDSGD_PARTS=auto (the default) through Module's and gluon's Trainer's one-parameter
+    calls: 9 warm-up steps and the correction at step 12 are 10 fp32 steps, so the 7 trial
+    steps (part_choice.TRIALS) run and rank 0 says once which way the rest go. The weights are
+    those of the same door on whole buckets (CDSGD_PART_SIZE=0), bit for bit, whichever way won."""
+    runs, out = {}, {}
+    for part in ("32", "0"):  # auto, the default, either way: without parts nothing is tried
+        env = {"CDSGD_OPTIONS": "k=3,warmup_steps=9", "CDSGD_PART_SIZE": part}
+        proc, runs[part] = job(tmp_path, door + part, "--door", door, "--store", "dist_sync_cdsgd", env=env,
+                               worker=ROOT / "tests" / "workers" / worker)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        out[part] = [line for line in (proc.stdout + proc.stderr).splitlines() if "fp32 rounds in" in line]
+    assert len(out["32"]) == 1 and "(3 trial steps each way" in out["32"][0], out  # rank 0, once
+    assert out["0"] == []
+    for r in range(2):
+        assert runs["32"][r]["parts"] >= 8 and runs["0"][r]["parts"] == 0
+        assert runs["32"][r]["record"] == runs["0"][r]["record"]
+        for name, values in runs["0"][r]["params"].items():
+            np.testing.assert_array_equal(np.array(runs["32"][r]["params"][name], np.float32),
+                                          np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
+
+
+@pytest.mark.slow
 def test_module_saves_and_loads_the_stores_states_and_resumes_bit_for_bit(tmp_path):
     """fit.py-style resume: epoch 1, Module.save_optimizer_states on every worker, then a new job
     that loads them and fits epoch 2 ends with the weights of 2 epochs in one go (CD-SGD, with

@@ -20,7 +20,9 @@ def algorithm_of(system):
     return ALGORITHM_OF.get(system, system.replace("_2bit", ""))
 ROUND_NAMES = {"paired": ("ssgd", "bitsgd"), "paired_pull": ("bitsgd", "bitsgd_2bit"),  # (even, odd)
                "paired_sum": ("arrival", "rank")}
-WARMUP_ROUNDS = 4     # untimed rounds first: registration, buffers, connections
+# untimed rounds first: registration, buffers, connections, and the first fp32 steps, where the
+# job tries parts and whole buckets (worker/part_choice.TRIALS, then its decision); even (ALTERNATING)
+WARMUP_ROUNDS = 8
 OPTIMIZER = {"learning_rate": 0.01, "momentum": 0.9}
 
 

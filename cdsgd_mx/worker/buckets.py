@@ -57,27 +57,23 @@ from cdsgd_mx import codec
 from cdsgd_mx.wire import proofs, protocol
 from cdsgd_mx.worker.engine_copies import EngineCopies
 
-# Values per bucket, the partition of a round: several of a model's buckets are in flight at
-# once, one's W coming back while the next one's push goes out. Chosen by measurement
-# (docs/performance-history.md, "Bucket size by algorithm"): an fp32 round wants small partitions,
-# since the last one's pull is the round's tail (Inception-BN's S-SGD round at 2 workers + 1
-# server on 1 Gbit/s NICs: 123 ms at 2^16, 140 at 2^18, 192 at 2^20; the same at (2, 2),
-# (4, 1) and (4, 2)), once the server's update costs little per bucket (codec.sgd); a compressed
-# round pays more CPU per bucket (quantize, encode, proof, decode: BIT-SGD both ways on
-# Inception-BN at 1 Gbit/s: 19 ms at 2^20, 24 at 2^18). So the algorithms that push fp32 every
-# step (ssgd, odsgd) default to 2^16 (256 KiB of fp32) and the compressing ones to 2^20 (4 MiB).
-# Capped by the big-array bound, see plan().
+# Values per bucket: its codes are one payload (a compressed round pays CPU per bucket:
+# quantize, encode, proof, decode; BIT-SGD both ways on Inception-BN at 1 Gbit/s: 19 ms a
+# round at 2^20, 24 at 2^18), 4 MiB of fp32. Capped by the big-array bound, see plan().
 DEFAULT_BUCKET_SIZE = 1 << 20
-FP32_BUCKET_SIZE = 1 << 16
-# Values per part: the fp32 rounds (warm-up, corrections) of the compressing algorithms go
-# part by part, each part its own weight key on its bucket's server, so that they keep both
-# directions of a NIC busy as S-SGD's 2^16 buckets do, while their 2-bit rounds keep 2^20
-# buckets (the codes' CPU is per bucket). Measured (docs/performance.md, "Parts"): CD-SGD on
-# Inception-BN at 8 workers + 2 servers, 1 Gbit/s NICs: its fp32 round 298-324 ms in parts of
-# 2^16 (3 jobs), 328-335 at 2^17, 332-340 at 2^15, 447-456 on whole 2^20 buckets. On fast links,
-# where the CPU is the limit, whole buckets are faster: each job's first fp32 steps try both
-# ways and it keeps the faster (part_choice.py; CDSGD_PART_SIZE=0: no parts at all).
-PART_SIZE = FP32_BUCKET_SIZE
+# Values per part: a bucket's fp32 rounds (every step of S-SGD and OD-SGD; the warm-up and the
+# corrections of BIT-SGD and CD-SGD) go part by part, each part its own weight key on its
+# bucket's server, so that one part's W comes back while the next part's push goes out and both
+# directions of a NIC are busy; the last part's pull is the round's tail, so small parts win
+# where the wire sets the round (docs/performance-history.md, "Bucket size by algorithm":
+# Inception-BN's S-SGD round at 2 workers + 1 server on 1 Gbit/s NICs 123 ms at 2^16, 140 at
+# 2^18, 192 at 2^20; docs/performance.md, "Parts": CD-SGD's correction at 8 workers + 2
+# servers 298-324 ms in parts of 2^16, 328-335 at 2^17, 332-340 at 2^15, 447-456 whole). Where
+# the CPU sets it (fast links), whole buckets win (16x fewer messages: S-SGD's round on
+# Inception-BN at 10 Gbit/s took 0.56 of its time in 2^16 pieces on 2 AVX2 cores): each job's
+# first fp32 steps try both ways and it keeps the faster (part_choice.py; CDSGD_PART_SIZE=0:
+# no parts at all).
+FP32_BUCKET_SIZE = PART_SIZE = 1 << 16
 # With fp32_sum='rank' a part is as large as its rows key may be (plan() cuts at the rows'
 # bound): a rank-order part costs a round trip more (its acknowledgement, then W's pull), so
 # fewer, larger parts win (docs/performance.md, "Parts").
@@ -85,8 +81,9 @@ RANK_PART_SIZE = DEFAULT_BUCKET_SIZE
 
 
 def default_bucket_size(algorithm):
-    """bucket_size when none is given: by what the algorithm's rounds push (see above)."""
-    return FP32_BUCKET_SIZE if algorithm in ("ssgd", "odsgd") else DEFAULT_BUCKET_SIZE
+    """bucket_size when none is given: the same for every algorithm (an fp32 round goes in parts
+    or whole buckets, as the job measures faster)."""
+    return DEFAULT_BUCKET_SIZE
 
 
 @dataclass

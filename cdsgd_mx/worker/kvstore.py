@@ -132,8 +132,8 @@ class CDSGD(KVStoreBase):
             guards.check_servers(self._backend)  # the handshake ran in the backend, before any command
         # fp32 rounds through rows keys, summed in rank order (in process one worker's sum has one order)
         self._fp32_rows = fp32_sum == "rank" and isinstance(self._backend, DistBackend)
-        # the fp32 rounds of the compressing algorithms go part by part (buckets.partition)
-        self.part_size = part_size(fp32_sum) if algorithm in COMPRESSING else None
+        # the fp32 rounds go part by part (buckets.partition) ...
+        self.part_size = part_size(fp32_sum)
         # ... or whole, where the job's first fp32 steps find that faster (part_choice.py); a
         # bucket with rank-order parts has no rows key of its own, so those go part by part
         self.parts = parts_choice()

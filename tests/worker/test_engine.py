@@ -293,10 +293,11 @@ def assert_weights_and_bytes(got, xs, W, want):
         assert got[r]["bytes"].tolist() == want and got[r]["bytes_expected"].tolist() == want
 
 
-@pytest.mark.parametrize("alg,window", [("bitsgd", None), ("cdsgd", None), ("cdsgd", "1")])
+@pytest.mark.parametrize("alg,window", [("bitsgd", None), ("cdsgd", None), ("cdsgd", "1"), ("ssgd", None),
+                                        ("odsgd", None)])
 def test_fp32_rounds_in_parts_give_the_simulations_weights(tmp_path, alg, window):
     """CDSGD_PART_SIZE=64 at 2 workers + 2 servers: each bucket's fp32 rounds (warm-up and
-    corrections) go part by part, each part its own weight key holding whole slots (the (700,)
+    corrections; every step of S-SGD and OD-SGD) go part by part, each part its own weight key holding whole slots (the (700,)
     parameter's halves cut again: buckets.partition), while a 2-bit round pushes the bucket's
     codes once and pulls the bucket's W, which the parts' rounds moved. The weights are the
     simulation's; the bytes pushed are the parts' (a proof region each), so the parts were used.
@@ -327,22 +328,23 @@ def test_fp32_rounds_in_parts_give_the_simulations_weights(tmp_path, alg, window
             assert len(windows) == len(pushes) - 4 * (len(pushes) // len(units))
 
 
-@pytest.mark.parametrize("mode", ["whole", "auto"])
-def test_buckets_with_parts_go_whole_or_the_way_the_trials_chose(tmp_path, mode):
+@pytest.mark.parametrize("alg,mode", [("cdsgd", "whole"), ("cdsgd", "auto"), ("ssgd", "auto"), ("odsgd", "auto")])
+def test_buckets_with_parts_go_whole_or_the_way_the_trials_chose(tmp_path, alg, mode):
     """Buckets with parts (CDSGD_PART_SIZE=64, 2 workers + 2 servers), cdsgd with 8 warm-up
-    steps: CDSGD_PARTS=whole sends every fp32 round whole; auto sends the first 7 fp32 steps
-    as part_choice.TRIALS says (parts, then P W W P P W), then every later one (the last
-    warm-up step, the corrections) the way rank 0 prints that the workers' added times chose.
+    steps (S-SGD and OD-SGD: every step fp32): CDSGD_PARTS=whole sends every fp32 round whole;
+    auto sends the first 7 fp32 steps as part_choice.TRIALS says (parts, then P W W P P W),
+    then every later one (cdsgd: the last warm-up step, the corrections) the way rank 0 prints
+    that the workers' added times chose.
     Either way the simulation's weights, bit for bit as the rounds in parts give them; a step's
     pushes (trace) and bytes are its way's units, and the kvstore's accounting agrees."""
     from cdsgd_mx.worker.part_choice import TRIALS
     steps, warmup = 14, 8
     cfg = dict(CFG, trace=str(tmp_path / "trace{index}.json"))
     output = []
-    got = finish(start(tmp_path, 2, 2, "--algorithm", "cdsgd", "--steps", str(steps), "--warmup", str(warmup),
+    got = finish(start(tmp_path, 2, 2, "--algorithm", alg, "--steps", str(steps), "--warmup", str(warmup),
                        "--k", str(K), "--threshold", str(T), "--config", json.dumps(cfg),
                        env={"CDSGD_PART_SIZE": "64", "CDSGD_PARTS": mode}), output=output)
-    schedule = Schedule("cdsgd", warmup, K)
+    schedule = Schedule(alg, warmup, K)
     fp32_steps = [t for t in range(steps) if not schedule.compressed(t)]
     if mode == "whole":
         ways = [True] * len(fp32_steps)
@@ -353,7 +355,7 @@ def test_buckets_with_parts_go_whole_or_the_way_the_trials_chose(tmp_path, mode)
         assert decided or "fp32 rounds in parts from now on" in said[0]
         ways = list(TRIALS) + [decided] * (len(fp32_steps) - len(TRIALS))
     init = [init_value(i, s) for i, s in enumerate(SHAPES)]
-    xs, W = simulate("cdsgd", 2, steps, warmup, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
+    xs, W = simulate(alg, 2, steps, warmup, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
                      CFG["batch"])
     plan, units, fp32, codes = parts_layout()
     way = dict(zip(fp32_steps, ways))

@@ -24,7 +24,7 @@ def registration(buckets, threshold, compressing, aggregate=False):
     downs = [b for b in buckets if b.down_key is not None]
     rows = rows_units(buckets)
     parts = [(b, p) for b in buckets for p in b.parts]
-    return {"op": "register", "weights": ([b.weight_key for b in buckets] if compressing or rows else []) +
+    return {"op": "register", "weights": [b.weight_key for b in buckets if compressing or rows or b.parts] +
                                          [b.down_key for b in downs] +
                                          [p.weight_key for _, p in parts if p.rows_key is not None],  # (apply_rows)
             "downs": {str(b.down_key): [b.weight_key, b.size, pieces_of(b)] for b in downs},

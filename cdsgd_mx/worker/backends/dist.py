@@ -211,9 +211,9 @@ class DistBackend(Backend):
                 self.wires[u.weight_key] = u.comm_wire
             if b.down_key is not None:  # every pull of it lands in down_wire (see round_trip)
                 self.wires[b.down_key] = b.down_wire
-        if not compressing and not rows:
+        if not compressing and not rows and not any(b.parts for b in buckets):
             return
-        for b in buckets:
+        for b in buckets if compressing or rows else [b for b in buckets if b.parts]:  # (a part steps its stretch)
             self.round_trip(b.weight_key, np.zeros(b.size, np.float32))
         for p in [p for b in buckets for p in b.parts if p.rows_key is not None]:  # (apply_rows steps its stretch)
             self.round_trip(p.weight_key, np.zeros(p.size, np.float32))
