@@ -78,7 +78,7 @@ from cdsgd_mx.cluster import emulate
 from cdsgd_mx.experiments import provenance
 from cdsgd_mx.bench.busy import BusyCores, check_count
 from cdsgd_mx.bench.comm_check import CHECK, run_check
-from cdsgd_mx.bench.comm_jobs import netns_problem, run_job, split_link
+from cdsgd_mx.bench.comm_jobs import netns_problem, outcome, run_job, split_link
 from cdsgd_mx.bench.comm_proofs import print_proof_costs
 from cdsgd_mx.bench.comm_report import print_spans, print_table, write_json
 from cdsgd_mx.bench.comm_systems import EXTRA_SYSTEMS, SYSTEMS, model_info
@@ -129,7 +129,7 @@ def leader(args):
             t0 = time.time()
             r = run_job(args, model, link, system)
             runs.setdefault((model, link, system), []).append(r)
-            print(("%.1f ms" % r["ms"]) if "ms" in r else "failed: " + r["error"],
+            print(outcome(r),
                   "(job %.0f s)" % (time.time() - t0), flush=True)
     for (model, link, system), done in runs.items():
         results.setdefault((model, link), {})[system] = median_job(done)

@@ -10,7 +10,7 @@ Two kinds of goal:
            printed beside the gates with met / NOT MET, and counted apart."""
 import statistics
 
-from cdsgd_mx.bench.comm_jobs import run_job, split_link
+from cdsgd_mx.bench.comm_jobs import outcome, run_job, split_link
 from cdsgd_mx.bench.comm_report import bounds
 from cdsgd_mx.bench.comm_systems import OPTIMIZER
 
@@ -82,7 +82,7 @@ def run_check(args, infos=None):
             print("[%d/%d] %s %s %s ..." % (n, total, model, label, system), end=" ", flush=True)
             r = run_job(args, model, label, system)
             ms.setdefault((model, label, system), []).append(r.get("ms"))
-            print(("%.1f ms" % r["ms"]) if "ms" in r else "failed: " + r["error"], flush=True)
+            print(outcome(r), flush=True)
     network = split_link(args.bandwidth[0])[1]
     busy = getattr(args, "busy_cores", 0)
     print("\n--check: %d jobs of each system (%d timed rounds each, %d workers, %d server(s), %s, %s gradients, the "

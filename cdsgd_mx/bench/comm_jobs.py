@@ -75,6 +75,9 @@ def run_job(args, model, label, system):
     worst = max(found, key=lambda r: r.get("ratio", r["ms"]))
     result = {"ms": worst["ms"], "workers": sorted(found, key=lambda r: r["rank"]),
               "bytes_per_round": worst["bytes_per_round"]}
+    said = [l for l in proc.stdout.splitlines() if "cdsgd_mx: fp32 rounds in" in l]  # (worker/part_choice.py)
+    if said:
+        result["way"] = "whole buckets" if "in whole buckets" in said[0] else "parts"
     if "ratio" in worst:  # paired: the worker with the larger ratio, and the mean over the workers
         result.update({k: v for k, v in worst.items() if k.endswith("_ms") or k in ("ratio", "rank")})
         result["mean_ratio"] = statistics.mean(r["ratio"] for r in found)
@@ -94,6 +97,13 @@ def run_job(args, model, label, system):
         result["server_proof_us"] = 1e6 * sum(p["seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
         result["server_proof_cpu_us"] = 1e6 * sum(p["cpu_seconds"] for p in proofs) / sum(p["rounds"] for p in proofs)
     return result
+
+
+def outcome(r):
+    """A job's line of progress: its time (and the way its fp32 rounds took), or why it failed."""
+    if "ms" not in r:
+        return "failed: " + r["error"]
+    return "%.1f ms" % r["ms"] + (" (fp32 rounds in %s)" % r["way"] if "way" in r else "")
 
 
 def trace_path(folder, model, link, system, rank):
