@@ -95,6 +95,16 @@ def test_gluon_trainer_with_our_store_equals_cdsgd_mx_trainer(tmp_path, algorith
                                           np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
 
 
+def assert_parts_give_the_weights_of_whole_buckets(runs):
+    """runs["32"] (buckets with parts) and runs["0"] (without): the same schedule and weights, bit for bit."""
+    for r in range(2):
+        assert runs["32"][r]["parts"] >= 8 and runs["0"][r]["parts"] == 0
+        assert runs["32"][r]["record"] == runs["0"][r]["record"]
+        for name, values in runs["0"][r]["params"].items():
+            np.testing.assert_array_equal(np.array(runs["32"][r]["params"][name], np.float32),
+                                          np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("door,worker,options", [("module", "module_worker.py", ""), ("gluon", "gluon_worker.py", ""),
                                                  ("module", "module_worker.py", ",fp32_sum=rank"),
@@ -113,12 +123,7 @@ def test_each_door_trains_in_parts_the_weights_of_whole_buckets(tmp_path, door, 
                                "dist_sync_cdsgd", env=env,
                                worker=ROOT / "tests" / "workers" / worker)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for r in range(2):
-        assert runs["32"][r]["parts"] >= 8 and runs["0"][r]["parts"] == 0
-        assert runs["32"][r]["record"] == runs["0"][r]["record"]
-        for name, values in runs["0"][r]["params"].items():
-            np.testing.assert_array_equal(np.array(runs["32"][r]["params"][name], np.float32),
-                                          np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
+    assert_parts_give_the_weights_of_whole_buckets(runs)
 
 
 @pytest.mark.slow
@@ -137,12 +142,7 @@ def test_each_door_lets_the_trials_choose_parts_or_whole_and_keeps_the_weights(t
         out[part] = [line for line in (proc.stdout + proc.stderr).splitlines() if "fp32 rounds in" in line]
     assert len(out["32"]) == 1 and "(3 trial steps each way" in out["32"][0], out  # rank 0, once
     assert out["0"] == []
-    for r in range(2):
-        assert runs["32"][r]["parts"] >= 8 and runs["0"][r]["parts"] == 0
-        assert runs["32"][r]["record"] == runs["0"][r]["record"]
-        for name, values in runs["0"][r]["params"].items():
-            np.testing.assert_array_equal(np.array(runs["32"][r]["params"][name], np.float32),
-                                          np.array(values, np.float32), err_msg="%s rank %d" % (name, r))
+    assert_parts_give_the_weights_of_whole_buckets(runs)
 
 
 @pytest.mark.slow

@@ -255,7 +255,7 @@ class BucketSet:
             self.down_buf = [b.down_wire for b in buckets]
         self.runs = []                    # the local optimizer's runs (set_multipliers)
         self._stages = {}                 # extra device -> its staging views (gather)
-        self._scatters = {}               # 'comm' / 'loc' -> (the parameters' arrays, their EngineCopies)
+        self._scatters = {}               # 'comm' / 'parts' / 'loc' -> (the parameters' arrays, their EngineCopies)
         for b, wire in zip(buckets, self.comm_wires):
             b.grad = self.grad_buf[b.offset:b.offset + b.size]
             b.comm_wire = wire  # what is pushed and pulled
@@ -286,29 +286,37 @@ class BucketSet:
         # its weights are copied from (a parameter cut into pieces is contiguous in grad_buf
         # and loc_buf, not in comm_buf, an array per bucket)
         self.grad_views, self._comm_views, self._loc_views = {}, {}, {}
-        self._whole = {}                  # key -> a whole array for a parameter cut across buckets
+        self._part_views = {}             # ... W as an fp32 round in parts pulled it: from the parts' own arrays
+        self._whole = {}                  # key -> a whole array for a parameter cut across buckets (or parts)
         self._spans = {}                  # key -> [begin, end) of the parameter in grad_buf's layout
         for key, shape in shapes.items():
             begin = min(s.offset for s in self.slots if s.key == key)
             end = begin + int(np.prod(shape))
             self._spans[key] = (begin, end)
             self.grad_views[key] = self.grad_buf[begin:end].reshape(shape)
-            pieces = [(b, s) for b in buckets for s in b.slots if s.key == key]
             if device:  # the parameters get W from dev_weights, laid out like grad_buf
                 self._comm_views[key] = self.dev_weights[begin:end].reshape(shape)
-            elif len(pieces) == 1:
-                b, s = pieces[0]
-                start = s.offset - b.offset
-                self._comm_views[key] = b.comm_wire[start:start + end - begin].reshape(shape)
-            else:  # [(its stretch of a bucket's comm_buf, begin, end)] per piece
-                self._comm_views[key] = [(b.comm_wire[s.offset - b.offset:s.offset - b.offset + s.size], s.begin, s.end)
-                                         for b, s in pieces]
-                # the pieces meet in a whole array of the parameter's shape, then one copy of all
-                # of it: MKL-DNN may keep the parameter's own array in a blocked layout (after a
-                # forward pass outside autograd), whose views it refuses to write
-                self._whole[key] = mx.nd.zeros(shape, ctx=self.ctx)
+            else:
+                self._comm_views[key] = self._views_of(key, buckets)
+                if any(b.parts for b in buckets):
+                    self._part_views[key] = self._views_of(key, [u for b in buckets for u in b.parts or [b]])
             if self.loc_buf is not None:
                 self._loc_views[key] = self.loc_buf[begin:end].reshape(shape)
+
+    def _views_of(self, key, units):
+        """Where parameter `key`'s W is in the comm_wires of `units` (buckets, or their parts):
+        one view shaped like it, or [(each piece's stretch, begin, end)] for a parameter cut
+        across units (the pieces meet in a whole array of its shape, then one copy of all of it:
+        MKL-DNN may keep the parameter's own array in a blocked layout, after a forward pass
+        outside autograd, whose views it refuses to write)."""
+        pieces = [(u, s) for u in units for s in u.slots if s.key == key]
+        if len(pieces) == 1:
+            u, s = pieces[0]
+            start = s.offset - u.offset
+            return u.comm_wire[start:start + s.size].reshape(self.shapes[key])
+        if key not in self._whole:
+            self._whole[key] = mx.nd.zeros(self.shapes[key], ctx=self.ctx)
+        return [(u.comm_wire[s.offset - u.offset:s.offset - u.offset + s.size], s.begin, s.end) for u, s in pieces]
 
     def set_multipliers(self, multipliers):
         """multipliers(key) -> (lr_mult, wd_mult). Consecutive parameters with the same ones form
@@ -352,7 +360,8 @@ class BucketSet:
         return self._stages[d]
 
     def scatter(self, source):
-        """The parameters' data on every device = comm_buf ('comm', W) or loc_buf ('loc', x):
+        """The parameters' data on every device = comm_buf ('comm', W), the parts' arrays after a
+        round in parts ('parts', W as each part's pull brought it) or loc_buf ('loc', x):
         engine copies, ordered after whatever writes the source (a pull, the local update),
         issued through MXNet's C API (engine_copies.py: a fifth of copyto's cost), and made
         again when the parameters' arrays are other objects than at the last step."""
@@ -364,7 +373,7 @@ class BucketSet:
         made[1].run()
 
     def _scatter_pairs(self, source):
-        views = self._comm_views if source == "comm" else self._loc_views
+        views = {"comm": self._comm_views, "parts": self._part_views, "loc": self._loc_views}[source]
         pairs = []
         if source == "comm" and self.device:  # W crosses to the device once per bucket
             pairs += [(b.comm, b.dev_weights) for b in self.buckets]

@@ -10,8 +10,8 @@ An fp32 round keeps at most a window of pushes in flight (PushWindow); a bucket 
 fp32 round too, where the job measured whole buckets faster (part_choice.py).
 
 API: RoundRunner(backend, schedule, threshold, tracer, names, window).push(bset, t, keep_residual)
--> check; .check(bset, t) -> follow-up; .bytes_of_step(sets, t); bytes_pushed, bytes_by_step,
-resent.
+-> check; .check(bset, t) -> follow-up; .went_in_parts(bset, t); .bytes_of_step(sets, t);
+bytes_pushed, bytes_by_step, resent.
 """
 import time
 
@@ -129,6 +129,13 @@ class RoundRunner:
     def _went_whole(self, bset, t):
         """Whether step t's fp32 round of the set went whole (part_choice.py), once pushed."""
         return self._chooses(bset) and self.choice.mode_of(t)
+
+    def went_in_parts(self, bset, t):
+        """Whether step t's round of the set, once pushed, went part by part: each part's W is
+        in its own array, where the parameters can take it as it comes (copied into the
+        bucket's comm_buf too, but behind every earlier part's copy there)."""
+        return not (self.schedule.compressed(t) or bset.device or self._went_whole(bset, t)) and \
+            any(b.parts for b in bset.buckets)
 
     @classmethod
     def fp32_units(cls, bset, whole=False):

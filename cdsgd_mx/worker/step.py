@@ -130,8 +130,8 @@ class StepEngine:
 
     def _weights_to_parameters(self, t):
         with self.tracer.span("weights to parameters", step=t):
-            for bset in self._sync_sets:
-                bset.scatter("comm")
+            for bset in self._sync_sets:  # (after a round in parts, from the parts' arrays: no wait for the last one)
+                bset.scatter("parts" if self.rounds.went_in_parts(bset, t) else "comm")
 
     def wait_all(self, sets):
         """Wait for every round in flight (e.g. before reading global weights or saving)."""
