@@ -47,7 +47,7 @@ def require_numerics(mode):
 class Trainer(gluon.Trainer):
     """Defaults: algorithm='cdsgd', k=5, warmup_steps=100, threshold=0.5, kvstore='dist_sync',
     local_optimizer='sgd', local_optimizer_params=None (global learning rate), trace=None,
-    nonfinite='error', bucket_size=2^16 values for ssgd and odsgd, 2^20 for bitsgd and cdsgd, pull_compression='none' ('2bit': 2-bit both
+    nonfinite='error', bucket_size=2^20 values, pull_compression='none' ('2bit': 2-bit both
     ways, bitsgd and cdsgd), resync_every=0 (bitsgd with 2-bit pulls: never re-sync),
     fp32_sum='arrival' ('rank': the servers sum fp32 pushes in rank order, so the same seed gives
     the same weights with any number of workers), numerics=None ('portable': require the pinned

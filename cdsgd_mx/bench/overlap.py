@@ -32,9 +32,9 @@ each host's NIC at RATE in each direction (python -m cdsgd_mx.cluster.emulate), 
 jobs on a machine whose cores the workers share differ in compute from job to job by more
 than what the algorithms differ by at fast links; in one job every algorithm runs on the
 same processes. One job per bucket size and pull: each algorithm runs on the buckets it gets
-by default (S-SGD and OD-SGD 2^16 values, the compressing ones 2^20: worker/buckets.py), and
-the both-ways algorithms (2-bit pulls) in a job of their own, since a store has one pull
-setting; so there are up to three jobs, each with its own rounds alone, and each algorithm's
+by default (2^20 values, worker/buckets.py: one size for all), and the both-ways algorithms
+(2-bit pulls) in a job of their own, since a store has one pull setting; so there are up to
+two jobs, each with its own rounds alone, and each algorithm's
 model is calibrated by its own job's; --bucket-size N runs them in one job per pull on buckets of N values.
 Each cycle measures tau, then fp32 and 2-bit rounds alone taking turns, then each algorithm
 for a block of 1 + 2k steps (the order rotated every cycle); --iterations is then the timed

@@ -10,8 +10,8 @@ forward/backward replaced by --compute-ms of waiting (gradients of the model's r
 communication, codec, servers and local update real). In the job the algorithms take turns:
 S-SGD, BIT-SGD, OD-SGD, CD-SGD (k = --k) and, with 2-bit pulls, BIT-SGD and CD-SGD both ways,
 beside the fp32 round (phi), the 2-bit round (psi + delta) and the both-ways round alone; each
-algorithm on the buckets it gets by default, so S-SGD and OD-SGD (2^16 values) take their
-turns in a job of their own beside the compressing ones' (2^20). Each algorithm's iteration
+algorithm on the buckets it gets by default (2^20 values for all; the both-ways ones, whose
+store pulls codes, in a job of their own). Each algorithm's iteration
 time is printed beside the time model's (cdsgd_mx.experiments.timemodel, eqs. 2-7, calibrated
 by its job's tau and rounds alone; the cell's phi and psi are CD-SGD's). Each algorithm runs --blocks timed
 blocks of 2k steps, in turns with the others; its time is the median block's, and the table

@@ -154,7 +154,7 @@ def table_speed(exp, cases, quick, workers):
     if cycled:
         split = any(c.get("jobs", 1) > 1 for c in cycled)
         lines += ["", ("Timed in one job per case and bucket size, the algorithms taking turns in blocks (bench.overlap "
-                       "--interleaved; S-SGD and OD-SGD on their own 2^16-value buckets in a job of their own): "
+                       "--interleaved; the algorithms on buckets of another size or pull in a job of their own): "
                        "cycle after cycle. Cycle by cycle:") if split else
                   ("Timed in one job per case, the algorithms taking turns in blocks (bench.overlap "
                    "--interleaved): every algorithm ran on the same processes, cycle after cycle. Cycle by cycle:"), "",

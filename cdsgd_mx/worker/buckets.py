@@ -388,14 +388,16 @@ class BucketSet:
                 pairs += [(view, out) for out in devices]
         return pairs
 
-    def grad_to_comm(self):
+    def grad_to_comm(self, but_parted=False):
         """comm_buf = g(t), bucket by bucket (the proof regions are written per round); with
-        device-resident buckets dev_comm = g(t), on the device (the round takes it from there)."""
+        device-resident buckets dev_comm = g(t), on the device (the round takes it from there).
+        but_parted: not the buckets with parts (their parts take g(t) from grad_buf)."""
         if self.device:
             self.grad_buf.copyto(self.dev_comm)
             return
         for b in self.buckets:
-            b.grad.copyto(b.comm)
+            if not (but_parted and b.parts):
+                b.grad.copyto(b.comm)
 
     # ---- gluon's stale gradients (ignore_stale_grad=True) --------------------------------------
     def zero_grad(self, keys):
@@ -451,13 +453,14 @@ class BucketSet:
         for wire in self.comm_wires:
             wire.wait_to_read()
 
-    def fp32_to_comm(self, b):
+    def fp32_to_comm(self, b, from_grad=False):
         """An fp32 round pushes comm_buf: with device-resident buckets g(t) comes from the
-        device; a part's from its stretch of its bucket's comm_buf (partition)."""
+        device; a part's from its stretch of its bucket's comm_buf (partition), or with
+        from_grad (a synchronous step) of grad_buf."""
         if self.device:
             b.dev_comm.copyto(b.comm)
         elif b.whole is not None:
-            b.whole.copyto(b.comm)
+            (b.grad if from_grad else b.whole).copyto(b.comm)
 
     @staticmethod
     def part_to_comm(p):

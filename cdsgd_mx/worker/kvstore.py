@@ -72,8 +72,8 @@ class CDSGD(KVStoreBase):
         'error' (default) stops with an error naming the parameter and the step; 'skip' drops
         that step on every worker (the workers vote each step, one small push and pull), as if
         its batch never came
-    bucket_size: values per fused bucket (default 2^16 for ssgd and odsgd, whose rounds push
-        fp32, 2^20 for the compressing ones; docs/performance-history.md, "Bucket size by algorithm"). The parameters of one broadcast() call are fused, and
+    bucket_size: values per fused bucket (default 2^20; its fp32 rounds go in 2^16-value parts
+        or whole, as the job measures faster: buckets.py, part_choice.py). The parameters of one broadcast() call are fused, and
         parameters broadcast one per call (Module, gluon.Trainer) are fused together at the
         first pushpull; every step must bring each of them once
     fuse_calls: False keeps a bucket set per one-parameter broadcast() (exact from the first

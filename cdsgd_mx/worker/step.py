@@ -79,11 +79,12 @@ class StepEngine:
         if self._in_flight.get(bset) is not None:  # cannot happen with the schedules above; kept safe
             self.comm.wait(self._in_flight[bset])
             self._in_flight[bset] = None
+        from_grad = self.rounds.parts_from_grad(bset, t)
         if not (self.rounds.schedule.compressed(t) and not bset.device):
-            bset.grad_to_comm()  # pushing grad_buf itself would let MXNet pull into it
+            bset.grad_to_comm(but_parted=from_grad)  # pushing grad_buf itself would let MXNet pull into it
         # (a compressed round of host buckets quantizes grad_buf itself: one copy less)
         keep = bset.keep_residual(held) if held and self.rounds.schedule.compressed(t) else None
-        self.comm.submit(lambda: self.rounds.push(bset, t, keep), "step %d" % t)
+        self.comm.submit(lambda: self.rounds.push(bset, t, keep, from_grad), "step %d" % t)
         self._sync_sets.append(bset)
         if not self.driven_by_trainer:
             self.finish_step()  # the Trainer calls it once per step instead
