@@ -157,7 +157,7 @@ class CDSGD(KVStoreBase):
         self.tracer = Tracer(trace, pid=self._backend.rank)
         self.rounds = RoundRunner(self._backend, self._schedule, self.threshold, self.tracer, self._names, window)
         if self.part_size is not None and not self._fp32_rows:
-            self.rounds.choice = PartChoice(self.parts, self._backend, self._backend.rank)
+            self.rounds.choice = PartChoice(self.parts, self._backend, self._backend.rank, self.num_workers)
         self.engine = StepEngine(self.rounds, self.local, self.tracer, self.aggregate)  # Algorithm 1's timing
         self.fusion = CallFusion(self)  # one-parameter calls (Module, gluon.Trainer) collected into buckets
         self.rules = GluonRules(self._backend, self.local, self._names, self.algorithm in DELAYED, self.wait_all)
@@ -454,7 +454,7 @@ class CDSGD(KVStoreBase):
             self._backend.register(new, self.threshold, self.algorithm in COMPRESSING, self.aggregate)
         choice = self.rounds.choice
         if choice is not None and choice.decided is None and not self._tally_open and any(b.parts for b in new):
-            self._backend.open_tally(protocol.PARTS_KEY, 2)  # (every worker registers the same sets at the same step)
+            self._backend.open_tally(protocol.PARTS_KEY, choice.width)  # (every worker registers the same sets at the same step)
             self._tally_open = True
         self._registered = len(self._sets)
 

@@ -11,13 +11,16 @@ cores).
 
 So the first fp32 steps try both (TRIALS: one untimed step in parts, then parts and whole in
 the order P W W P P W, which a steady drift cannot favour), each step timed from its first push
-to when the engine has its last W; the workers then add up their times (a tally: every worker
-gets the same sums, so every worker takes the same way, as it must: a key's round waits for
-every worker's push of it) and the rest of the job goes the faster way.
+to when the engine has its last W; the workers then share their times (a tally, each worker's
+in its own row: every worker gets the same figures, so every worker takes the same way, as it
+must: a key's round waits for every worker's push of it). A step took what its slowest worker
+took, and each way's median step decides: one slow step (a connection's first rounds, another
+process) cannot. (With their sums, ResNet-20's S-SGD rounds went whole in 2 of 6 jobs at 2 + 1
+on 1 Gbit/s NICs, and took 1.5x what parts took.) The rest of the job goes the faster way.
 CDSGD_PARTS: auto (the default), parts or whole (worker/config.py).
 
-API: PartChoice(mode, backend, rank).whole(t) / mode_of(t) / timing(t) / time_step(t, start_s,
-wires); decided, sums; MODES; TRIALS (the trial order).
+API: PartChoice(mode, backend, rank, workers).whole(t) / mode_of(t) / timing(t) / time_step(t,
+start_s, wires); width (of the tally); decided, medians; MODES; TRIALS (the trial order).
 """
 import ctypes
 
@@ -27,20 +30,22 @@ from cdsgd_mx.wire import protocol
 
 MODES = ("auto", "parts", "whole")
 TRIALS = (False, False, True, True, False, False, True)  # whole? per fp32 step: the first untimed (page faults, first pulls)
+TIMED = len(TRIALS) - 1
 
 
 class PartChoice:
     """Which way the fp32 rounds of the sets with parts go at each step (the same at every
     worker): whole(t) is asked once per round, by the communication thread, in step order."""
 
-    def __init__(self, mode, backend, rank=0):
+    def __init__(self, mode, backend, rank=0, workers=1):
         if mode not in MODES:
             raise ValueError("mode must be one of %s, got %r" % (", ".join(MODES), mode))
-        self.mode, self.backend, self.rank = mode, backend, rank
+        self.mode, self.backend, self.rank, self.workers = mode, backend, rank, workers
+        self.width = workers * TIMED  # the tally: a row of timed steps per worker
         self.decided = None if mode == "auto" else mode == "whole"  # None: still trying
         self.trials = {}    # fp32 step -> whole? (the steps of the trials: what bytes_of_step reports for them)
         self.timings = {}   # timed trial step -> [(start, the engine's stamp, its done array)], one per set
-        self.sums = None    # after the decision: (parts, whole) seconds, every worker's added up
+        self.medians = None  # after the decision: (parts, whole) seconds, each way's median step at its slowest worker
 
     def whole(self, t):
         """Whether step t's fp32 rounds go whole (the communication thread, at a round's push)."""
@@ -73,21 +78,23 @@ class PartChoice:
         self.timings.setdefault(t, []).append((start_s, seconds, done))
 
     def _decide(self):
-        """The trial steps' times, every worker's added up: whole buckets if they took less."""
-        mine = np.zeros(2, np.float32)
-        for t, rounds in self.timings.items():
-            for start, seconds, done in rounds:
+        """Every worker's times of the trial steps (a row each): whole buckets if their median
+        step, at its slowest worker, took less than parts' median step."""
+        steps = sorted(t for t in self.trials if t != min(self.trials))  # the timed ones, in order
+        rows = np.zeros((self.workers, TIMED), np.float32)
+        for j, t in enumerate(steps):
+            for start, seconds, done in self.timings.get(t, ()):
                 done.wait_to_read()
-                mine[int(self.trials[t])] += seconds.value - start
+                rows[self.rank, j] += seconds.value - start  # (a step's sets, one after another)
         self.timings = {}
-        total = self.backend.tally(protocol.PARTS_KEY, mine)
-        self.sums = (float(total[0]), float(total[1]))
-        whole = self.sums[1] < self.sums[0]
+        took = self.backend.tally(protocol.PARTS_KEY, rows.reshape(-1)).reshape(self.workers, TIMED).max(axis=0)
+        self.medians = tuple(float(np.median([took[j] for j, t in enumerate(steps) if self.trials[t] == way]))
+                             for way in (False, True))
+        whole = self.medians[1] < self.medians[0]
         if self.rank == 0:
             each = TRIALS.count(True)
-            print("cdsgd_mx: fp32 rounds %s from now on (%d trial steps each way, all workers' times added: parts "
-                  "%.1f ms, whole buckets %.1f ms; CDSGD_PARTS=parts or whole fixes the way)"
-                  % ("in whole buckets" if whole else "in parts", each, 1e3 * self.sums[0], 1e3 * self.sums[1]),
+            print("cdsgd_mx: fp32 rounds %s from now on (%d trial steps each way, the median step at its slowest "
+                  "worker: parts %.1f ms, whole buckets %.1f ms; CDSGD_PARTS=parts or whole fixes the way)"
+                  % ("in whole buckets" if whole else "in parts", each, 1e3 * self.medians[0], 1e3 * self.medians[1]),
                   flush=True)
         return whole
-

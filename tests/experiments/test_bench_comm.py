@@ -364,5 +364,5 @@ def test_the_unwindowed_system_runs_ssgd_with_no_push_window_beside_ssgd(monkeyp
     text = capsys.readouterr().out
     assert "lenet5 none ssgd_unwindowed (no window of fp32 pushes in flight): 40.0 ms, ssgd / ssgd_unwindowed 0.75" \
         in text
-    assert sizes == [1 << 16, 1 << 20]
-    assert "lenet5, buckets of 65536 values (3 on the busiest server)" in text
+    assert sizes == [1 << 20]  # one default bucket size for every algorithm
+    assert "lenet5, buckets of 1048576 values (3 on the busiest server)" in text

@@ -157,14 +157,14 @@ def test_the_scaling_table_runs_a_cell_and_draws_it(tmp_path):
     assert (cell["model"], cell["workers"], cell["servers"], cell["nic"]) == ("lenet5", 2, 1, "100mbit")
     from cdsgd_mx.experiments import provenance  # the machine first, as in the record
     assert proc.stdout.splitlines()[0] == provenance.machine_line(record["provenance"]["cpu"]) == provenance.machine_line()
-    # each algorithm on its default buckets: S-SGD and OD-SGD in a job of their own, and the
-    # both-ways ones apart from the one-way ones (a store with 2-bit pulls has no parts)
+    # each algorithm on its default buckets (one size for all), the both-ways ones apart from the
+    # one-way ones (a store has one pull setting)
     assert [(j["bucket_size"], j["algorithms"]) for j in cell["jobs"]] == [
-        (1 << 16, ["ssgd", "odsgd"]), (1 << 20, ["bitsgd", "cdsgd"]), (1 << 20, ["bitsgd_2bit", "cdsgd_2bit"])]
-    assert cell["phi_ms"] == cell["jobs"][1]["phi_ms"]  # CD-SGD's corrections: its own job's fp32 round
+        (1 << 20, ["ssgd", "bitsgd", "odsgd", "cdsgd"]), (1 << 20, ["bitsgd_2bit", "cdsgd_2bit"])]
+    assert cell["phi_ms"] == cell["jobs"][0]["phi_ms"]  # CD-SGD's corrections: its own job's fp32 round
     # CD-SGD both ways' corrections cost their own round alone (fp32, V tracked), in its model
     from cdsgd_mx.experiments import timemodel
-    job = cell["jobs"][2]
+    job = cell["jobs"][1]
     assert cell["phi_pull_ms"] == job["phi_pull_ms"] > 0 and cell["psi_pull_plus_delta_ms"] == job["psi_pull_plus_delta_ms"]
     costs = timemodel.calibrate(job["tau_ms"], job["phi_ms"], job["psi_plus_delta_ms"],
                                 pull_round_ms=job["psi_pull_plus_delta_ms"], correction_pull_round_ms=job["phi_pull_ms"])

@@ -1,4 +1,5 @@
-"""part_choice.py: the trial order, the decision from every worker's added times, the fixed
+"""part_choice.py: the trial order, the decision from every worker's times (each way's median
+step at its slowest worker), the fixed
 modes, and the one-line errors of CDSGD_PARTS; in process and in milliseconds (a job that
 takes the trials over the network: tests/worker/test_engine.py)."""
 import ctypes
@@ -9,7 +10,7 @@ import pytest
 import cdsgd_mx
 from cdsgd_mx.wire import protocol
 from cdsgd_mx.worker import part_choice
-from cdsgd_mx.worker.part_choice import TRIALS, PartChoice
+from cdsgd_mx.worker.part_choice import TIMED, TRIALS, PartChoice
 
 
 class Tally:
@@ -30,42 +31,61 @@ class Done:
 
 def timed(choice, times):
     """Run the trials: fp32 steps 0, 1, ... (every other step a 2-bit one in between: never
-    asked), each timed step taking times[whole] seconds by its stamp. Returns the ways taken."""
-    ways = []
+    asked), the j-th timed step taking times(j, whole) seconds by its stamp (a dict: by the
+    way alone). Returns the ways taken."""
+    ways, j = [], 0
     for t in range(0, 2 * len(TRIALS), 2):
         whole = choice.whole(t)
         ways.append(whole)
         if choice.timing(t):
-            choice.timings.setdefault(t, []).append((10.0, ctypes.c_double(10.0 + times[whole]), Done()))
+            took = times[whole] if isinstance(times, dict) else times(j, whole)
+            choice.timings.setdefault(t, []).append((10.0, ctypes.c_double(10.0 + took), Done()))
+            j += 1
     return ways
 
 
 def test_the_trials_go_parts_then_p_w_w_p_p_w_and_the_tally_decides(capsys):
-    backend = Tally([0.0, 0.0])
+    backend = Tally(np.zeros(TIMED))
     choice = PartChoice("auto", backend, rank=0)
     assert timed(choice, {False: 0.010, True: 0.004}) == list(TRIALS)
     assert choice.decided is None and not backend.calls  # nothing decided before the step after the trials
     assert choice.whole(100) is True and choice.decided is True
     (key, mine), = backend.calls
-    assert key == protocol.PARTS_KEY
-    np.testing.assert_allclose(mine, [3 * 0.010, 3 * 0.004], rtol=1e-5)  # the first (untimed) step left out
+    assert key == protocol.PARTS_KEY and choice.width == TIMED
+    np.testing.assert_allclose(mine, [0.004 if w else 0.010 for w in TRIALS[1:]], rtol=1e-5)  # the first step untimed
+    np.testing.assert_allclose(choice.medians, [0.010, 0.004], rtol=1e-5)
     assert "fp32 rounds in whole buckets from now on" in capsys.readouterr().out
     # the trial steps keep the way they went (the bytes they pushed), the later ones the decision
     assert [choice.mode_of(t) for t in range(0, 2 * len(TRIALS), 2)] == list(TRIALS)
     assert choice.mode_of(101) is True and choice.whole(102) is True and len(backend.calls) == 1
 
 
-def test_the_other_workers_times_count_as_this_ones():
-    """Parts faster here, whole buckets faster on the others by more: every worker takes whole."""
-    choice = PartChoice("auto", Tally([0.030, 0.003]), rank=1)
+def test_a_step_took_what_its_slowest_worker_took():
+    """Parts faster here (rank 1 of 2), whole buckets faster on rank 0 by more: every step's
+    time is its slower worker's, so every worker takes whole; each worker's row is its own."""
+    others = np.zeros((2, TIMED), np.float32)
+    others[0] = [0.003 if w else 0.030 for w in TRIALS[1:]]
+    backend = Tally(others.reshape(-1))
+    choice = PartChoice("auto", backend, rank=1, workers=2)
     timed(choice, {False: 0.004, True: 0.005})
     assert choice.whole(100) is True
-    np.testing.assert_allclose(choice.sums, [0.012 + 0.030, 0.015 + 0.003], rtol=1e-5)
+    mine = backend.calls[0][1].reshape(2, TIMED)
+    assert not mine[0].any() and mine[1].all()
+    np.testing.assert_allclose(choice.medians, [0.030, 0.005], rtol=1e-5)
+
+
+def test_one_slow_step_does_not_decide():
+    """Parts take 4 ms but one parts step 50 ms (their sum 58 ms against whole buckets' 18):
+    the median parts step is still the faster."""
+    choice = PartChoice("auto", Tally(np.zeros(TIMED)), rank=0)
+    timed(choice, lambda j, whole: 0.006 if whole else (0.050 if j == 0 else 0.004))
+    assert choice.whole(100) is False
+    np.testing.assert_allclose(choice.medians, [0.004, 0.006], rtol=1e-5)
 
 
 def test_parts_where_they_are_faster_and_only_rank_0_says_so(capsys):
     for rank in (0, 1):
-        choice = PartChoice("auto", Tally([0.0, 0.0]), rank=rank)
+        choice = PartChoice("auto", Tally(np.zeros(2 * TIMED)), rank=rank, workers=2)
         timed(choice, {False: 0.004, True: 0.005})
         assert choice.whole(100) is False
         out = capsys.readouterr().out
@@ -74,7 +94,7 @@ def test_parts_where_they_are_faster_and_only_rank_0_says_so(capsys):
 
 @pytest.mark.parametrize("mode,whole", [("parts", False), ("whole", True)])
 def test_a_fixed_way_tries_nothing(mode, whole):
-    backend = Tally([0.0, 0.0])
+    backend = Tally(np.zeros(TIMED))
     choice = PartChoice(mode, backend)
     assert [choice.whole(t) for t in range(20)] == [whole] * 20
     assert not any(choice.timing(t) for t in range(20)) and not backend.calls
