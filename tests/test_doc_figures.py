@@ -746,6 +746,7 @@ def test_parts_or_whole_chosen_in_each_job_is_its_raw_file():
     """The three ways' table (3 jobs per way and link: medians, ranges, the way auto took in
     each job) and the bullets' ratios, from the jobs' printouts; Today's answer says the same."""
     choice = section(SCALING, "### Parts or whole, chosen in each job")
+    choice = choice[:choice.index("**S-SGD and OD-SGD choose too**")]  # (CD-SGD's part: test_s_sgd_chooses...)
     (raw,) = raw_files(choice, "parts-choice-*.txt")
     head = r"(1|10)gbit \d+\+\d pass (\d) mode (\w+)"
     jobs = overlap_jobs(raw, head)
@@ -784,6 +785,62 @@ def test_parts_or_whole_chosen_in_each_job_is_its_raw_file():
     answer = PERFORMANCE[PERFORMANCE.index("- **Parts or whole buckets for the fp32 rounds?**"):]
     answer = " ".join(answer[:answer.index("\n- **", 1)].split())
     assert "its correction 0.75 of whole buckets' time" in answer and "0.66 of parts' time" in answer
+
+
+def tree_jobs(raw):
+    """{(tree, model, link): [(ms, the way the job's fp32 rounds took or None), per job in order]}
+    from a raw file of bench.comm runs of ssgd under '=== pass N mode TREE (commit)'."""
+    jobs = {}
+    for tree, body in re.findall(r"^=== pass \d mode (\w) \(\w+\)[^\n]*\n(.*?)(?=^===|\Z)", raw.read_text(), re.M | re.S):
+        for model, link, ms, way in re.findall(r"^\[\d+/\d+\] (\w+) (\w+)/hosts ssgd \.\.\. ([\d.]+) ms"
+                                               r"(?: \(fp32 rounds in (parts|whole buckets)\))?", body, re.M):
+            jobs.setdefault((tree, model, link), []).append((float(ms), way.split()[0] if way else None))
+    return jobs
+
+
+def test_s_sgd_chooses_parts_or_whole_as_its_raw_files_say():
+    """S-SGD on 2^20-value buckets choosing its way, against 2^16-value buckets (5 jobs each in
+    turns): the table (medians, ranges, the ways auto took, the ratio), the bullets and Today's
+    answer; and the parts forced at aa32a22 (3 jobs each)."""
+    text = section(SCALING, "### Parts or whole, chosen in each job")
+    text = text[text.index("**S-SGD and OD-SGD choose too**"):]
+    page = " ".join(text.split())
+    raws = {r.name.split("-")[2]: r for r in raw_files(text, "ssgd-parts-*.txt")}
+    jobs = tree_jobs(raws["choice"])
+    models, links = {"inception_bn": "Inception-BN", "resnet20": "ResNet-20"}, {"1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s"}
+    assert sorted(jobs) == sorted((t, m, l) for t in "AG" for m in models for l in links)
+    assert all(len(v) == 5 for v in jobs.values())
+    assert all(w is None for m in models for l in links for _, w in jobs["A", m, l])  # (no parts: nothing tried)
+    ms = lambda tree, m, l: [x for x, _ in jobs[tree, m, l]]
+    ratio = lambda m, l: statistics.median(ms("G", m, l)) / statistics.median(ms("A", m, l))
+    want = []
+    for m in models:
+        for l in links:
+            ways = [w for _, w in jobs["G", m, l]]
+            way = max(set(ways), key=ways.count)
+            want.append([models[m], links[l], median_range(ms("A", m, l)), median_range(ms("G", m, l)),
+                         "%s, %d of 5 jobs" % (way, ways.count(way)), "%.2f" % ratio(m, l)])
+    assert rows(text)[1:] == want
+    ten = "S-SGD's round takes %.2f and %.2f of its time" % (ratio("inception_bn", "10gbit"), ratio("resnet20", "10gbit"))
+    assert ten in page and "keeps its time** (%.2f and %.2f," % (ratio("inception_bn", "1gbit"), ratio("resnet20", "1gbit")) in page
+    assert max(ratio(m, "10gbit") for m in models) < 1  # whole buckets won wherever the cores set the round
+    slow = [x for x, w in jobs["G", "resnet20", "1gbit"] if w == "whole"]
+    assert len(slow) == 1 and "took whole buckets and %.1f ms a round" % slow[0] in page
+    forced = tree_jobs(raws["forced"])
+    f = lambda m, l: statistics.median([x for x, _ in forced["C", m, l]]) / statistics.median([x for x, _ in forced["A", m, l]])
+    assert all(len(v) == 3 for v in forced.values()) and all(w is None for _, w in forced["C", "resnet20", "1gbit"])
+    assert "took %.2fx the 2^16-value buckets' at 1 Gbit/s on both models and %.2fx and %.2fx at 10 Gbit/s" % (
+        f("inception_bn", "1gbit"), f("inception_bn", "10gbit"), f("resnet20", "10gbit")) in page
+    assert "%.2f" % f("resnet20", "1gbit") == "%.2f" % f("inception_bn", "1gbit")
+    answer = PERFORMANCE[PERFORMANCE.index("- **Parts or whole buckets for the fp32 rounds?**"):]
+    answer = " ".join(answer[:answer.index("\n- **", 1)].split())
+    assert "on 10 Gbit/s NICs takes %.2f and %.2f of its time in 2^16-value buckets" % (
+        ratio("inception_bn", "10gbit"), ratio("resnet20", "10gbit")) in answer
+    assert "at 1 Gbit/s %.2f and %.2f; one ResNet-20 job in 5 took the slower way" % (
+        ratio("inception_bn", "1gbit"), ratio("resnet20", "1gbit")) in answer
+    slower = section(PERFORMANCE, "## Today's answers")
+    assert "0.53 and 0.65 of its time before (Inception-BN, ResNet-20), at 1 Gbit/s 1.02 and 1.01" in " ".join(slower.split())
+    assert "%.2f and %.2f" % (ratio("inception_bn", "10gbit"), ratio("resnet20", "10gbit")) == "0.53 and 0.65"
 
 
 def test_the_rank_order_parts_are_their_raw_file():
@@ -1859,13 +1916,16 @@ def test_graded_buckets_taken_out_are_their_raw_file():
     assert "Inception-BN in %d buckets instead of %d, ResNet-50 in %d instead of %d" % (
         planned["B", "inception_bn"][0], planned["A", "inception_bn"][0],
         planned["B", "resnet50"][0], planned["A", "resnet50"][0]) in page
-    # today's default plan, in parts, still makes A's buckets (the raw file's A counts)
-    for m in names.values():
+    # A's buckets (the raw file's A counts) are the plan at 2^16, and today's default's parts as the page says
+    for name, m in names.items():
         params = [int(p.data().size) for p in build_model(m).collect_params().values() if p.grad_req != "null"]
-        plan = buckets.plan(list(enumerate(params)), buckets.default_bucket_size("ssgd"), 2, 1, protocol.Keys(1),
-                            bound=protocol.DEFAULT_BIGARRAY_BOUND, part_size=buckets.PART_SIZE)
-        units = [u for b in plan for u in b.parts or [b]]
-        assert (len(units), max(u.size for u in units)) == planned["A", m]
+        plan = lambda size, part=None: buckets.plan(list(enumerate(params)), size, 2, 1, protocol.Keys(1),
+                                                    bound=protocol.DEFAULT_BIGARRAY_BOUND, part_size=part)
+        assert (len(plan(1 << 16)), max(b.size for b in plan(1 << 16))) == planned["A", m]
+        units = [u for b in plan(buckets.default_bucket_size("ssgd"), buckets.PART_SIZE) for u in b.parts or [b]]
+        first = m == "inception_bn"
+        assert "%s in %d where %s had %d%s" % (name, len(units), "A" if first else "it", planned["A", m][0],
+                                               " buckets" if first else "") in page
     ms = lambda values: 4 * 2 * values * 8 / 1e9 * 1e3  # fp32 from 2 workers at 1 Gbit/s
     (_, b_max), (_, a_max) = planned["B", "inception_bn"], planned["A", "inception_bn"]
     assert "largest graded bucket holds %d values, %.2f MB from the two workers and %.1f ms at 1 Gbit/s, against " \
@@ -1877,8 +1937,8 @@ def test_graded_buckets_taken_out_are_their_raw_file():
         "against %d)" % (med("B", "resnet50", "1gbit") - med("A", "resnet50", "1gbit"), ms(r_b) - ms(r_a), r_b, r_a) in page
     assert med("B", "resnet50", "1gbit") - med("A", "resnet50", "1gbit") > ms(r_b) - ms(r_a)
     assert buckets.PART_SIZE == 1 << 16 and buckets.default_bucket_size("ssgd") == 1 << 20
-    assert "2^16 stayed the default, with `bucket_size=2**20` the advice for fast links, until each job came to " \
-        "choose" in page
+    assert "2^16 stayed the default, with `bucket_size=220` the advice for fast links, until each job came to " \
+        "choose (`00bb9dd`)" in page  # (page: bold marks taken out, 2**20's too)
     ratio = lambda l: [med("B", m, l) / med("A", m, l) for m in names.values()]
     why = " ".join(section(HOSTS, "### What keeps our rounds above 1.2x the bound").split())
     assert "took S-SGD's round to %s of its time at 10 Gbit/s and %s at 1 Gbit/s" % (
