@@ -832,6 +832,12 @@ def test_s_sgd_chooses_parts_or_whole_as_its_raw_files_say():
     assert "took %.2fx the 2^16-value buckets' at 1 Gbit/s on both models and %.2fx and %.2fx at 10 Gbit/s" % (
         f("inception_bn", "1gbit"), f("inception_bn", "10gbit"), f("resnet20", "10gbit")) in page
     assert "%.2f" % f("resnet20", "1gbit") == "%.2f" % f("inception_bn", "1gbit")
+    summed = tree_jobs(raws["sums"])  # the sums deciding (E, F): the whole ways among their parts
+    ways = [j for tree in "EF" for j in summed[tree, "resnet20", "1gbit"]]
+    whole, parts = [x for x, w in ways if w == "whole"], [x for x, w in ways if w == "parts"]
+    assert len(ways) == 10 and all(w for _, w in ways)
+    assert "%d of %d such jobs went whole, at %.1f and %.1f ms a round against %s in parts" % (
+        len(whole), len(ways), *sorted(whole), span(parts, "%.1f")) in page
     answer = PERFORMANCE[PERFORMANCE.index("- **Parts or whole buckets for the fp32 rounds?**"):]
     answer = " ".join(answer[:answer.index("\n- **", 1)].split())
     assert "on 10 Gbit/s NICs takes %.2f and %.2f of its time in 2^16-value buckets" % (

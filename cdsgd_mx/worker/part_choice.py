@@ -15,8 +15,9 @@ to when the engine has its last W; the workers then share their times (a tally, 
 in its own row: every worker gets the same figures, so every worker takes the same way, as it
 must: a key's round waits for every worker's push of it). A step took what its slowest worker
 took, and each way's median step decides: one slow step (a connection's first rounds, another
-process) cannot. (With their sums, ResNet-20's S-SGD rounds went whole in 2 of 6 jobs at 2 + 1
-on 1 Gbit/s NICs, and took 1.5x what parts took.) The rest of the job goes the faster way.
+process) cannot. (With their sums, ResNet-20's S-SGD rounds went whole in 2 of 10 jobs at 2 + 1
+on 1 Gbit/s NICs, and took 1.2-1.9x what parts took: docs/performance.md, "Parts or whole".)
+The rest of the job goes the faster way.
 CDSGD_PARTS: auto (the default), parts or whole (worker/config.py).
 
 API: PartChoice(mode, backend, rank, workers).whole(t) / mode_of(t) / timing(t) / time_step(t,
