@@ -1827,11 +1827,11 @@ def test_the_window_per_server_taken_out_is_its_raw_files():
     unwindowed = {(row[0], row[1]): row for row in rows(text)[1:] if len(row) == 11}[("Inception-BN", "4, 2")]
     assert "(%.2f here; %.2f then)" % (r("inception_bn", "4w2s", "ssgd"), float(unwindowed[4]) / float(unwindowed[3])) in page
     params = [int(p.data().size) for p in build_model("inception_bn").collect_params().values() if p.grad_req != "null"]
-    plan = buckets.plan(list(enumerate(params)), buckets.FP32_BUCKET_SIZE, 4, 2, protocol.Keys(2),
+    plan = buckets.plan(list(enumerate(params)), 1 << 16, 4, 2, protocol.Keys(2),  # (S-SGD's buckets then)
                         bound=protocol.DEFAULT_BIGARRAY_BOUND)
     per_server = [sum(b.server == s for b in plan) for s in (0, 1)]
     assert "Inception-BN's S-SGD round has %s buckets a server, so 8 in flight" % span(per_server, "%d") in page
-    assert PUSH_WINDOW // (4 * buckets.FP32_BUCKET_SIZE) == 8
+    assert PUSH_WINDOW // (4 * (1 << 16)) == 8
     r50 = " ".join(section(HOSTS, "### ResNet-50").split())
     assert "A window of pushes twice as large took our fp32 round to %.2fx stock's at 2 + 2" % (
         med("B", "resnet50", "2w2s", "ssgd") / med("stock", "resnet50", "2w2s", "stock_fp32")) in r50

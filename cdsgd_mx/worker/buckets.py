@@ -73,7 +73,7 @@ DEFAULT_BUCKET_SIZE = 1 << 20
 # Inception-BN at 10 Gbit/s took 0.56 of its time in 2^16 pieces on 2 AVX2 cores): each job's
 # first fp32 steps try both ways and it keeps the faster (part_choice.py; CDSGD_PART_SIZE=0:
 # no parts at all).
-FP32_BUCKET_SIZE = PART_SIZE = 1 << 16
+PART_SIZE = 1 << 16
 # With fp32_sum='rank' a part is as large as its rows key may be (plan() cuts at the rows'
 # bound): a rank-order part costs a round trip more (its acknowledgement, then W's pull), so
 # fewer, larger parts win (docs/performance.md, "Parts").

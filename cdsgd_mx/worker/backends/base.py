@@ -13,6 +13,13 @@ def rows_units(buckets):
     return [u for b in buckets for u in [b] + b.parts if u.rows_key is not None]
 
 
+def registered(buckets, compressing, rows):
+    """The buckets whose weights the server records (their next round only registers them):
+    every one where payloads or rank-order rows update them, else those with parts (a part's
+    round steps its stretch of its bucket's weights)."""
+    return [b for b in buckets if compressing or rows or b.parts]
+
+
 def registration(buckets, threshold, compressing, aggregate=False):
     """The servers' register command: each bucket's parameters (slots: state id, range in the
     weight key, lr_mult, wd_mult), its parts (buckets.partition: each part's weight key, its
@@ -24,7 +31,7 @@ def registration(buckets, threshold, compressing, aggregate=False):
     downs = [b for b in buckets if b.down_key is not None]
     rows = rows_units(buckets)
     parts = [(b, p) for b in buckets for p in b.parts]
-    return {"op": "register", "weights": [b.weight_key for b in buckets if compressing or rows or b.parts] +
+    return {"op": "register", "weights": [b.weight_key for b in registered(buckets, compressing, rows)] +
                                          [b.down_key for b in downs] +
                                          [p.weight_key for _, p in parts if p.rows_key is not None],  # (apply_rows)
             "downs": {str(b.down_key): [b.weight_key, b.size, pieces_of(b)] for b in downs},

@@ -16,7 +16,7 @@ from cdsgd_mx.worker import engine_ops
 from cdsgd_mx.cluster import heartbeat
 from cdsgd_mx.wire.pull_compression import down_size_of
 from cdsgd_mx.server.node import COMMAND_PREFIX, START_MESSAGE
-from cdsgd_mx.worker.backends.base import MAX_RESENDS, Backend, dropped, registration, rows_units
+from cdsgd_mx.worker.backends.base import MAX_RESENDS, Backend, dropped, registered, registration, rows_units
 
 command_numbers = itertools.count(1)  # per process, as the servers' count of the job's commands
 
@@ -200,8 +200,8 @@ class DistBackend(Backend):
     def register(self, buckets, threshold, compressing, aggregate=False):
         """Tell the servers which parameters each bucket holds and, when compressing, which
         payload key decodes into which weight (with fp32_sum='rank', which rows key sums into
-        which weight), then run the registration round: a zero push to every weight key, which
-        the server only records (a payload or rows update needs it)."""
+        which weight), then run the registration round: a zero push to each weight key the
+        server records (base.registered: a payload, rows or part update needs it)."""
         rows = rows_units(buckets)
         if rows:
             self.init_rows(rows)
@@ -211,9 +211,10 @@ class DistBackend(Backend):
                 self.wires[u.weight_key] = u.comm_wire
             if b.down_key is not None:  # every pull of it lands in down_wire (see round_trip)
                 self.wires[b.down_key] = b.down_wire
-        if not compressing and not rows and not any(b.parts for b in buckets):
+        recorded = registered(buckets, compressing, rows)
+        if not recorded:  # (no payloads, rows or parts: nor down keys, which come with payloads)
             return
-        for b in buckets if compressing or rows else [b for b in buckets if b.parts]:  # (a part steps its stretch)
+        for b in recorded:
             self.round_trip(b.weight_key, np.zeros(b.size, np.float32))
         for p in [p for b in buckets for p in b.parts if p.rows_key is not None]:  # (apply_rows steps its stretch)
             self.round_trip(p.weight_key, np.zeros(p.size, np.float32))
