@@ -75,19 +75,19 @@ def run_job(args, model, label, system):
     worst = max(found, key=lambda r: r.get("ratio", r["ms"]))
     result = {"ms": worst["ms"], "workers": sorted(found, key=lambda r: r["rank"]),
               "bytes_per_round": worst["bytes_per_round"]}
-    said = [l for l in proc.stdout.splitlines() if "cdsgd_mx: fp32 rounds in" in l]  # (worker/part_choice.py)
-    if said:
-        result["way"] = "whole buckets" if "in whole buckets" in said[0] else "parts"
+    warmup = worst.get("warmup_rounds", WARMUP_ROUNDS)  # (more where the part choice's trials ran on: comm_worker)
+    if worst.get("way"):  # how its fp32 rounds went (worker/part_choice.py), where its buckets have parts
+        result["way"] = worst["way"]
     if "ratio" in worst:  # paired: the worker with the larger ratio, and the mean over the workers
         result.update({k: v for k, v in worst.items() if k.endswith("_ms") or k in ("ratio", "rank")})
         result["mean_ratio"] = statistics.mean(r["ratio"] for r in found)
     if args.trace and system in OUR_JOBS:  # where the timed rounds went, worker by worker
         traces = [trace_path(args.trace, model, label.replace("/", "-"), system, r["rank"]) for r in result["workers"]]
-        result["spans"] = [span_medians(path, WARMUP_ROUNDS) for path in traces]
-        result["pull_spread"] = pull_spread(traces, WARMUP_ROUNDS)  # how far apart the workers' rounds end
+        result["spans"] = [span_medians(path, warmup) for path in traces]
+        result["pull_spread"] = pull_spread(traces, warmup)  # how far apart the workers' rounds end
     found_stages = stages.reports(proc.stdout)
     if found_stages:  # the busiest server's compressed rounds, stage by stage: ms per round of the job
-        rounds = WARMUP_ROUNDS + args.rounds * (2 if system in ALTERNATING else 1)
+        rounds = warmup + args.rounds * (2 if system in ALTERNATING else 1)
         busiest = max(found_stages, key=lambda st: sum(st["wall"].values()))
         result["server_stages"] = {name: {"ms": 1e3 * busiest["wall"][name] / rounds,
                                           "cpu_ms": 1e3 * busiest["cpu"][name] / rounds}

@@ -3,12 +3,14 @@ workers' and a server's part measured in process by the project's own calls, bes
 servers' checks timed inside the jobs."""
 import time
 
-from cdsgd_mx.bench.comm_systems import OURS, algorithm_of, build_model
+from cdsgd_mx.bench.comm_systems import K, OURS, algorithm_of, build_model
 
 
-def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
+def proof_cost(model, workers, servers, bucket_size=None, repeats=200, parts=False):
     """A worker's proof work per round (auth.py), by the project's own calls on the model's
-    bucket plan, in process. Returns (path us, next us, buckets on the busiest server):
+    bucket plan, in process; parts: an fp32 round in parts (buckets.PART_SIZE), whose every
+    part carries a proof of its own. Returns (path us, next us, messages on the busiest server:
+    its buckets, or its parts and buckets too small to have parts):
       path   on the round's critical path: before its pushes (the proofs are normally written
              already, after the round before) and, once the pulls have landed, reading the
              server's count of every bucket (the round is ready only then);
@@ -21,11 +23,13 @@ def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
     from cdsgd_mx.worker import buckets as bucketing
     from cdsgd_mx.wire.proofs import WorkerProofs
     sizes = [int(p.data().size) for p in build_model(model).collect_params().values() if p.grad_req != "null"]
-    plan = bucketing.plan(list(enumerate(sizes)), bucket_size or bucketing.DEFAULT_BUCKET_SIZE, workers, servers,
-                          protocol.Keys(servers), bound=protocol.DEFAULT_BIGARRAY_BOUND)
+    buckets = bucketing.plan(list(enumerate(sizes)), bucket_size or bucketing.DEFAULT_BUCKET_SIZE, workers, servers,
+                             protocol.Keys(servers), bound=protocol.DEFAULT_BIGARRAY_BOUND,
+                             part_size=bucketing.PART_SIZE if parts else None)
     region = workers * auth.TAG_FLOATS
-    bucketing.BucketSet(plan, {k: (n,) for k, n in enumerate(sizes)},  # gives each bucket its comm_buf views
+    bucketing.BucketSet(buckets, {k: (n,) for k, n in enumerate(sizes)},  # gives each unit its comm_buf views
                         {k: [mx.nd.zeros((n,))] for k, n in enumerate(sizes)}, False, region=region)
+    plan = [u for b in buckets for u in (b.parts or [b])]  # what a round pushes, each with its proof
     # the worker side of the proofs as a DistBackend runs it, without a kvstore
     worker = WorkerProofs([auth.session_key(auth.new_secret().encode(), auth.new_nonce()) for _ in range(servers)],
                            0, workers)
@@ -53,18 +57,21 @@ def proof_cost(model, workers, servers, bucket_size=None, repeats=200):
     return 1e6 * path_s / repeats, 1e6 * next_s / repeats, busiest
 
 
-def server_proof_cost(model, workers, bucket_size=None, repeats=100):
+def server_proof_cost(model, workers, bucket_size=None, repeats=100, parts=False):
     """A server's proof work per round of one bucket (checking every worker's tag of a dense
     round, writing the count), by the server's own calls in process on an idle core: the cost
-    itself, without the waits for a core that the jobs above include on a small machine."""
+    itself, without the waits for a core that the jobs above include on a small machine.
+    parts: per round of one part (buckets.PART_SIZE)."""
     import mxnet as mx
     import numpy as np
     from cdsgd_mx.wire import auth, protocol
     from cdsgd_mx.worker import buckets as bucketing
     from cdsgd_mx.wire.proofs import ServerProofs
     sizes = [int(p.data().size) for p in build_model(model).collect_params().values() if p.grad_req != "null"]
-    plan = bucketing.plan(list(enumerate(sizes)), bucket_size or bucketing.DEFAULT_BUCKET_SIZE, workers, 1,
-                          protocol.Keys(1), bound=protocol.DEFAULT_BIGARRAY_BOUND)
+    buckets = bucketing.plan(list(enumerate(sizes)), bucket_size or bucketing.DEFAULT_BUCKET_SIZE, workers, 1,
+                             protocol.Keys(1), bound=protocol.DEFAULT_BIGARRAY_BOUND,
+                             part_size=bucketing.PART_SIZE if parts else None)
+    plan = [u for b in buckets for u in (b.parts or [b])]
     state = ServerProofs(auth.session_key(auth.new_secret().encode(), auth.new_nonce()), workers, drop=lambda why: False)
     merged = {b.weight_key: mx.nd.zeros((b.size + state.region,)) for b in plan}
     stored = {b.weight_key: mx.nd.zeros((b.size + state.region,)) for b in plan}
@@ -84,14 +91,24 @@ def server_proof_cost(model, workers, bucket_size=None, repeats=100):
     return 1e6 * seconds / repeats / len(plan)
 
 
+def in_parts(system, r):
+    """The share of a job's timed rounds that went as fp32 rounds in parts (every part with a
+    proof of its own), from the way its fp32 rounds took (comm_jobs: result["way"]): every round
+    of S-SGD's, every K-th (the correction) of CD-SGD's, none of BIT-SGD's."""
+    if r.get("way") != "parts":
+        return 0.0
+    return 1.0 / K if algorithm_of(system).startswith("cdsgd") else 1.0
+
+
 def print_proof_costs(args, results):
     """What the proof of every push (auth.py) adds to a round, on its critical path: the servers'
-    checks (measured inside the jobs above: time per round of one bucket, times the buckets of
-    the busiest server) and a worker's work before its pushes and after its pulls (measured
-    here in process; the next round's proofs are written ahead, once the round is ready, beside
-    the next step). The servers' part twice: wall time (on a machine whose cores the job's
-    processes share, it includes waiting for a core) and the server thread's CPU time. Each
-    system on its own bucket plan (--bucket-size, else its algorithm's default)."""
+    checks (measured inside the jobs above: time per round of one bucket or part, times the
+    messages of the busiest server) and a worker's work before its pushes and after its pulls
+    (measured here in process; the next round's proofs are written ahead, once the round is
+    ready, beside the next step). The servers' part twice: wall time (on a machine whose cores
+    the job's processes share, it includes waiting for a core) and the server thread's CPU time.
+    Each job on the messages its timed rounds sent: its buckets, and where its fp32 rounds went
+    in parts (in_parts), their parts."""
     from cdsgd_mx.worker.buckets import default_bucket_size
     print("\nproof of every push (auth.py), added to a round's critical path (wall; with the servers' CPU time):")
     for model in args.models:
@@ -104,20 +121,38 @@ def print_proof_costs(args, results):
                         if results.get((model, link), {}).get(system, {}).get("ms")]
             if not measured and len(by_size) > 1:
                 continue
-            path_us, next_us, plan_buckets = proof_cost(model, args.workers, args.servers, size, repeats=50)
+            share = {(link, system): in_parts(system, results[(model, link)][system]) for link, system in measured}
+            ways = [False] + ([True] if any(share.values()) else [])  # whole buckets, and parts where a job took them
+            costs = {way: proof_cost(model, args.workers, args.servers, size, repeats=50, parts=way) for way in ways}
+            alone = {way: server_proof_cost(model, args.workers, size, parts=way) for way in ways}
+            # a job's figures: each way's, weighted by the share of its rounds that went that way
+            mean = lambda x, f: sum(w * f(way) for way, w in ((False, 1 - x), (True, x)) if w)
+            path = lambda x: mean(x, lambda way: costs[way][0])
             shares = []
             for link, system in measured:
-                r = results[(model, link)][system]
+                r, x = results[(model, link)][system], share[(link, system)]
                 if r.get("server_proof_us") is not None:
-                    us = path_us + r["server_proof_us"] * plan_buckets
-                    cpu = path_us + r["server_proof_cpu_us"] * plan_buckets
-                    shares.append("%s %s %.0f us = %.2f%% (%.0f us = %.2f%%)" % (
-                        link, system, us, 100 * us / 1e3 / r["ms"], cpu, 100 * cpu / 1e3 / r["ms"]))
-            print("  %s, buckets of %d values (%d on the busiest server): %s; a worker's next proofs, off the path, "
-                  "%.0f us" % (model, size, plan_buckets, ", ".join(shares) or "no round measured", next_us))
-            alone = server_proof_cost(model, args.workers, size)
-            us = path_us + alone * plan_buckets
-            shares = ["%s %s %.2f%%" % (link, system, 100 * us / 1e3 / results[(model, link)][system]["ms"])
-                      for link, system in measured]
+                    messages = mean(x, lambda way: costs[way][2])
+                    us = path(x) + r["server_proof_us"] * messages
+                    cpu = path(x) + r["server_proof_cpu_us"] * messages
+                    shares.append("%s %s%s %.0f us = %.2f%% (%.0f us = %.2f%%)" % (
+                        link, system, " (%s)" % parts_said(x) if x else "", us, 100 * us / 1e3 / r["ms"], cpu,
+                        100 * cpu / 1e3 / r["ms"]))
+            print("  %s, buckets of %d values (%d on the busiest server%s): %s; a worker's next proofs, off the path, "
+                  "%.0f us" % (model, size, costs[False][2],
+                               "; %d parts and buckets in an fp32 round in parts" % costs[True][2] if True in costs else "",
+                               ", ".join(shares) or "no round measured", costs[False][1]))
+            idle = lambda x: path(x) + mean(x, lambda way: alone[way] * costs[way][2])
+            shares = ["%s %s %.2f%%" % (link, system, 100 * idle(share[(link, system)]) / 1e3
+                                        / results[(model, link)][system]["ms"]) for link, system in measured]
             print("    the same work on an idle core (in process): a worker %.0f us + the server %.0f us per bucket = "
-                  "%.0f us per round: %s" % (path_us, alone, us, ", ".join(shares) or "no round measured"))
+                  "%.0f us per round%s: %s" % (
+                      costs[False][0], alone[False], idle(0.0),
+                      "; in parts, a worker %.0f us + the server %.0f us per message = %.0f us" % (
+                          costs[True][0], alone[True], idle(1.0)) if True in costs else "",
+                      ", ".join(shares) or "no round measured"))
+
+
+def parts_said(x):
+    """How a job's share of rounds in parts reads beside it."""
+    return "in parts" if x == 1 else "1 round in %d in parts" % round(1 / x)

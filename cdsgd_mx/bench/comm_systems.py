@@ -18,12 +18,20 @@ ALGORITHM_OF = dict({"paired": "bitsgd", "paired_pull": "bitsgd", "paired_sum": 
 def algorithm_of(system):
     """The algorithm a system of ours trains with (its both-ways variant: the same one)."""
     return ALGORITHM_OF.get(system, system.replace("_2bit", ""))
+def times_fp32_rounds(system):
+    """Whether a job of ours times fp32 rounds (every round, CD-SGD's corrections, a paired
+    job's S-SGD rounds): those go in parts or whole, as the job's first fp32 steps choose."""
+    return algorithm_of(system).replace("_percall", "") in ("ssgd", "cdsgd") or \
+        any(algorithm == "ssgd" for algorithm, _ in PAIRED.get(system, ()))
+
+
 ROUND_NAMES = {"paired": ("ssgd", "bitsgd"), "paired_pull": ("bitsgd", "bitsgd_2bit"),  # (even, odd)
                "paired_sum": ("arrival", "rank")}
 # untimed rounds first: registration, buffers, connections, and the first fp32 steps, where the
 # job tries parts and whole buckets (worker/part_choice.TRIALS, then its decision); even (ALTERNATING)
 WARMUP_ROUNDS = 8
 OPTIMIZER = {"learning_rate": 0.01, "momentum": 0.9}
+K = 5  # CD-SGD's k in the jobs: a correction (an fp32 round) every 5th round
 
 
 def build_model(name):

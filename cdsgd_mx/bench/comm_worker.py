@@ -7,11 +7,13 @@ import time
 
 from cdsgd_mx.bench import mark_fresh
 from cdsgd_mx.bench.comm_jobs import trace_path
-from cdsgd_mx.bench.comm_systems import (ALTERNATING, OPTIMIZER, OURS, OUR_JOBS, PAIRED, PER_CALL, algorithm_of,
-                                         ROUND_NAMES, WARMUP_ROUNDS, build_model)
+from cdsgd_mx.bench.comm_systems import (ALTERNATING, K, OPTIMIZER, OURS, OUR_JOBS, PAIRED, PER_CALL, algorithm_of,
+                                         ROUND_NAMES, WARMUP_ROUNDS, build_model,
+                                         times_fp32_rounds)
 
 BATCH = 32            # only rescales the gradients (rescale_grad = 1/batch)
 FRESH_POOL = 3        # --grads fresh: gradient draws taken in turn, one per round
+MAX_WARMUP_ROUNDS = 80  # the part choice's trials: 7 fp32 steps, a CD-SGD correction every 5th step
 
 
 def worker(args):
@@ -58,14 +60,14 @@ def worker(args):
                 extra["trace"] = trace_path(args.trace, args.models, args.link, args.system,
                                             os.environ.get("CDSGD_LAUNCH_INDEX", "0"))
             if args.system in PER_CALL:  # the door of Module and gluon.Trainer: one parameter per call
-                store = cdsgd_mx.CDSGD(algorithm=args.system.replace("_percall", ""), warmup_steps=0, k=5, **extra)
+                store = cdsgd_mx.CDSGD(algorithm=args.system.replace("_percall", ""), warmup_steps=0, k=K, **extra)
                 trainer = mx.gluon.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore=store)
             else:
                 trainer = cdsgd_mx.Trainer(net.collect_params(), "sgd", dict(OPTIMIZER), kvstore="dist_sync",
-                                           algorithm=algorithm, warmup_steps=0, k=5, **extra)
+                                           algorithm=algorithm, warmup_steps=0, k=K, **extra)
             if args.system in PAIRED:
                 from cdsgd_mx.worker.schedule import InterleavedSchedule
-                trainer.kvstore.schedule = InterleavedSchedule(k=5)
+                trainer.kvstore.schedule = InterleavedSchedule(k=K)
         for p, g in zip(params, grads):
             p.grad()[:] = g  # once: a step leaves the gradients as they are
 
@@ -100,12 +102,7 @@ def worker(args):
             g.wait_to_read()
 
     pushed = lambda: trainer._kvstore.bytes_pushed if args.system in OUR_JOBS else 0
-    for r in range(WARMUP_ROUNDS):
-        load(r)
-        one_round()
-    if args.system.startswith("cdsgd"):
-        trainer.kvstore.wait_all()
-        mx.nd.waitall()
+    warmup = warm_up(trainer, args.system, load, one_round)
     b0, times = pushed(), []
     if args.system in ALTERNATING:  # WARMUP_ROUNDS is even: the timed rounds start with the even kind
         kinds = {False: [], True: []}
@@ -120,6 +117,7 @@ def worker(args):
         if args.trace:
             trainer.save_trace()
         print("RESULT " + json.dumps({"rank": rank, "ms": odd_ms, "even_ms": even_ms, "odd_ms": odd_ms,
+                                      "warmup_rounds": warmup, "way": way_of(trainer, args.system),
                                       names[0] + "_ms": even_ms, names[1] + "_ms": odd_ms, "ratio": odd_ms / even_ms,
                                       "bytes_per_round": (pushed() - b0) / (2 * args.rounds)}), flush=True)
         return
@@ -142,9 +140,39 @@ def worker(args):
     rank = kv.rank if kv is not None else trainer._kvstore.rank
     if args.trace and args.system in OUR_JOBS:
         trainer.save_trace()
-    print("RESULT " + json.dumps({"rank": rank, "ms": ms, "round_ms": times,
+    print("RESULT " + json.dumps({"rank": rank, "ms": ms, "round_ms": times, "warmup_rounds": warmup,
+                                  "way": way_of(trainer, args.system),
                                   "bytes_per_round": (pushed() - b0) / args.rounds if args.system in OURS else None}),
           flush=True)
+
+
+def warm_up(trainer, system, load, one_round):
+    """The untimed rounds: WARMUP_ROUNDS, then more until the job's fp32 rounds have chosen parts
+    or whole buckets (worker/part_choice.py): its trials are its first fp32 steps, which for
+    CD-SGD (a correction every k-th step) run far beyond WARMUP_ROUNDS, and a timed round among
+    them would time both ways. Every worker sees the choice made at the same step (its trials'
+    times are shared), so every worker runs as many. Returns how many ran."""
+    import mxnet as mx
+    ours = lambda: trainer._kvstore if system in OUR_JOBS else None  # (gluon's Trainer makes it at its first step)
+    pending = lambda: times_fp32_rounds(system) and ours().part_choice_pending  # (BIT-SGD here: no fp32 round)
+    r = 0
+    while r < WARMUP_ROUNDS or (pending() and r < MAX_WARMUP_ROUNDS):
+        for _ in range(2 if system in ALTERNATING else 1):  # (an even count: the timed rounds start with the even kind)
+            load(r)
+            one_round()
+            r += 1
+        if ours() is not None:  # (a delayed step's round is still in flight, its choice perhaps not yet made)
+            ours().wait_all()
+            mx.nd.waitall()
+    if pending():
+        raise RuntimeError("the part choice was not made in %d untimed rounds" % r)
+    return r
+
+
+def way_of(trainer, system):
+    """How the job's timed fp32 rounds went: 'parts' or 'whole buckets' (part_choice.py); None
+    where it times none, or its buckets have no parts."""
+    return trainer._kvstore.fp32_way if times_fp32_rounds(system) else None
 
 
 def alternate(ours, system):

@@ -465,6 +465,21 @@ class CDSGD(KVStoreBase):
         self.engine.finish_step()
 
     @property
+    def part_choice_pending(self):
+        """Whether the job's fp32 rounds are still trying parts and whole buckets (part_choice.py):
+        it has buckets with parts, and their trials are not over."""
+        return self._tally_open and self.rounds.choice.decided is None
+
+    @property
+    def fp32_way(self):
+        """How the fp32 rounds of buckets with parts go now: 'parts', 'whole buckets', 'trying
+        both' (part_choice.py); None where no bucket has parts (bench.comm reports it)."""
+        choice = self.rounds.choice
+        if choice is None or not any(b.parts for bset in self._sets for b in bset.buckets):
+            return None
+        return {None: "trying both", False: "parts", True: "whole buckets"}[choice.decided]
+
+    @property
     def steps_done(self):
         """Training steps begun (skipped ones included; one per step whether it came in one
         pushpull call or one per parameter), counting those a checkpoint restored: where a

@@ -357,12 +357,108 @@ def test_the_unwindowed_system_runs_ssgd_with_no_push_window_beside_ssgd(monkeyp
     monkeypatch.setattr(comm, "model_info", lambda m: {"arrays": 1, "values": 10, "trained_arrays": 1,
                                                        "trained_values": 10})
     sizes = []
-    monkeypatch.setattr(comm_proofs, "proof_cost", lambda model, w, s, size, repeats: sizes.append(size) or (1, 1, 3))
-    monkeypatch.setattr(comm_proofs, "server_proof_cost", lambda model, w, size: 1.0)
+    monkeypatch.setattr(comm_proofs, "proof_cost",
+                        lambda model, w, s, size, repeats, parts: sizes.append((size, parts)) or (1, 1, 3))
+    monkeypatch.setattr(comm_proofs, "server_proof_cost", lambda model, w, size, parts: 1.0)
     assert comm.main(["--models", "lenet5", "--bandwidth", "none", "--network", "shared", "--systems",
                       "ssgd,ssgd_unwindowed,bitsgd"]) == 0
     text = capsys.readouterr().out
     assert "lenet5 none ssgd_unwindowed (no window of fp32 pushes in flight): 40.0 ms, ssgd / ssgd_unwindowed 0.75" \
         in text
-    assert sizes == [1 << 20]  # one default bucket size for every algorithm
+    assert sizes == [(1 << 20, False)]  # one default bucket size for every algorithm; no job went in parts
     assert "lenet5, buckets of 1048576 values (3 on the busiest server)" in text
+
+
+def test_proof_costs_count_the_parts_of_the_rounds_that_went_in_parts(monkeypatch, capsys):
+    """A job whose fp32 rounds went in parts sends a proof with every part: its share is taken
+    on the parts (all of S-SGD's rounds, CD-SGD's every K-th), a job's without parts on its
+    buckets."""
+    from cdsgd_mx.bench import comm_proofs
+    from cdsgd_mx.bench.comm_systems import K
+    costs = {False: (10.0, 1.0, 2), True: (100.0, 1.0, 20)}  # (worker path us, next us, messages on the busiest server)
+    monkeypatch.setattr(comm_proofs, "proof_cost", lambda model, w, s, size, repeats, parts: costs[parts])
+    monkeypatch.setattr(comm_proofs, "server_proof_cost", lambda model, w, size, parts: 3.0 if parts else 4.0)
+    job = lambda way: dict({"ms": 10.0, "server_proof_us": 5.0, "server_proof_cpu_us": 5.0}, **way)
+    results = {("lenet5", "1gbit"): {"ssgd": job({"way": "parts"}), "cdsgd": job({"way": "parts"}),
+                                     "bitsgd": job({})}}
+    args = argparse.Namespace(models=["lenet5"], bandwidth=["1gbit"], workers=2, servers=1, bucket_size=None)
+    comm_proofs.print_proof_costs(args, results)
+    text = capsys.readouterr().out
+    assert "(2 on the busiest server; 20 parts and buckets in an fp32 round in parts)" in text
+    assert "1gbit ssgd (in parts) 200 us = 2.00%" in text  # 100 + 5 us x 20 parts
+    x = 1 / K  # CD-SGD: a correction in K rounds; the others' 2-bit codes whole
+    path, messages = (1 - x) * 10 + x * 100, (1 - x) * 2 + x * 20
+    assert "1gbit cdsgd (1 round in %d in parts) %.0f us" % (K, path + 5 * messages) in text
+    assert "1gbit bitsgd 20 us = 0.20%" in text  # 10 + 5 us x 2 buckets
+    # on an idle core: the server's own cost per message of each way
+    assert "in parts, a worker 100 us + the server 3 us per message = 160 us: 1gbit ssgd 1.60%" in text
+    assert comm_proofs.in_parts("ssgd", {"way": "whole buckets"}) == 0.0
+
+
+def test_proof_cost_counts_a_message_per_part():
+    """proof_cost's plan in parts: each part of a bucket is a message with its own proof."""
+    from cdsgd_mx.bench import comm_proofs
+    from cdsgd_mx.worker.buckets import PART_SIZE
+    values = sum(int(p.data().size) for p in build_model("resnet20").collect_params().values() if p.grad_req != "null")
+    whole = comm_proofs.proof_cost("resnet20", 2, 1, repeats=2)
+    parts = comm_proofs.proof_cost("resnet20", 2, 1, repeats=2, parts=True)
+    assert whole[2] == 1 and parts[2] >= -(-values // PART_SIZE) > 1
+    assert comm_proofs.server_proof_cost("resnet20", 2, repeats=2, parts=True) > 0
+
+
+class FakeStore:
+    """What warm_up reads of our store: the part choice made after `decided_after` rounds."""
+
+    def __init__(self, decided_after):
+        self.rounds_done, self.decided_after = 0, decided_after
+
+    @property
+    def part_choice_pending(self):
+        return self.rounds_done < self.decided_after
+
+    def wait_all(self):
+        pass
+
+
+@pytest.mark.parametrize("system, decided_after, expected", [
+    ("cdsgd", 36, 36),           # its trials: 7 corrections, a correction every K-th round
+    ("ssgd", 3, 8),              # decided within WARMUP_ROUNDS
+    ("paired", 15, 16),          # an even count: the timed rounds start with the even kind
+    ("bitsgd", 1000, 8),         # no fp32 round timed: nothing to wait for
+    ("stock_fp32", 1000, 8)])
+def test_warm_up_runs_on_until_the_part_choice_is_made(system, decided_after, expected):
+    from cdsgd_mx.bench import comm_worker
+    store = FakeStore(decided_after)
+    trainer = argparse.Namespace(_kvstore=store)
+    rounds = []
+    one_round = lambda: setattr(store, "rounds_done", store.rounds_done + 1)
+    assert comm_worker.warm_up(trainer, system, rounds.append, one_round) == expected
+    assert rounds == list(range(expected)) and store.rounds_done == expected
+
+
+def test_warm_up_stops_loudly_where_the_part_choice_is_never_made():
+    from cdsgd_mx.bench import comm_worker
+    store = FakeStore(10 ** 6)
+    one_round = lambda: setattr(store, "rounds_done", store.rounds_done + 1)
+    with pytest.raises(RuntimeError, match="part choice was not made in %d untimed rounds" % comm_worker.MAX_WARMUP_ROUNDS):
+        comm_worker.warm_up(argparse.Namespace(_kvstore=store), "ssgd", lambda r: None, one_round)
+
+
+def test_cd_sgd_jobs_time_their_rounds_after_the_part_choice(tmp_path, monkeypatch):
+    """CD-SGD's trials of parts and whole buckets are its first 7 corrections, one every K
+    rounds: its job warms up until they are over, so no timed round is a trial, and says which
+    way its corrections went (LeNet-5 in parts of 4096 values)."""
+    from cdsgd_mx.bench.comm_systems import K
+    from cdsgd_mx.worker.part_choice import TRIALS
+    monkeypatch.setenv("CDSGD_PART_SIZE", "4096")
+    out = tmp_path / "comm.json"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.bench.comm", "--models", "lenet5", "--bandwidth", "none",
+                           "--network", "shared", "--rounds", "3", "--systems", "ssgd,cdsgd", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    systems = json.loads(out.read_text())["runs"][0]["systems"]
+    for system, warmup in (("ssgd", 8), ("cdsgd", K * len(TRIALS) + 1)):  # (the choice is made at the 8th fp32 step)
+        assert systems[system]["way"] in ("parts", "whole buckets"), systems[system]
+        assert [w["warmup_rounds"] for w in systems[system]["workers"]] == [warmup, warmup]
+        assert "lenet5 none %s ... " % system in proc.stdout and \
+            "(fp32 rounds in %s)" % systems[system]["way"] in proc.stdout
