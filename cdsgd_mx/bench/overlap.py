@@ -56,6 +56,7 @@ from cdsgd_mx.wire import stages
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
 BOTH_WAYS = ["bitsgd_2bit", "cdsgd_2bit"]  # --interleaved only: with 2-bit pulls (pull_compression='2bit')
+MAX_TRIAL_ROUNDS = 16  # --interleaved: untimed fp32 rounds for the part choice's trials (7 fp32 steps and its decision)
 COMM_ROUNDS = 4  # --interleaved: rounds of each kind alone per cycle (phi, psi + delta)
 
 
@@ -241,6 +242,13 @@ def interleaved(args, net, trainer, fwd_bwd):
 
     for algorithm in algorithms:  # untimed: every path once (first calls, allocations)
         run_block(algorithm, max(2, args.warmup))
+    for _ in range(MAX_TRIAL_ROUNDS):  # untimed: the part choice's trials (its first fp32 steps) over, so
+        if not kv.part_choice_pending:  # that no timed round or block is one of them
+            break
+        comm_round("ssgd")
+    if kv.part_choice_pending:
+        raise RuntimeError("the part choice was not made in %d untimed fp32 rounds" % MAX_TRIAL_ROUNDS)
+    way = kv.fp32_way  # how every timed fp32 round goes (None: no bucket has parts)
     # the rounds alone: fp32 (phi), 2-bit (psi + delta), with 2-bit pulls the 2-bit round
     # both ways and, where CD-SGD both ways runs, its correction (fp32, V tracked: phi_pull)
     kinds = ("ssgd", "bitsgd") + (("bitsgd_2bit",) if kv.pull_compression == "2bit" else ()) + \
@@ -278,7 +286,7 @@ def interleaved(args, net, trainer, fwd_bwd):
             "interleaved": True, "model": args.model, "batch": args.batch, "workers": kv.num_workers,
             "bucket_size": kv.bucket_size, "algorithms": algorithms,
             "params": sum(int(np.prod(p.shape)) for p in net.collect_params().values()),
-            "cycles": cycles, "block": block, "tau_ms": statistics.mean(tau),
+            "cycles": cycles, "block": block, "tau_ms": statistics.mean(tau), "fp32_way": way,
             "phi_ms": statistics.median(comm["ssgd"]), "psi_plus_delta_ms": statistics.median(comm["bitsgd"]),
             "psi_pull_plus_delta_ms": statistics.median(comm["bitsgd_2bit"]) if "bitsgd_2bit" in comm else None,
             "phi_pull_ms": statistics.median(comm["cdsgd_2bit"]) if "cdsgd_2bit" in comm else None,
@@ -338,7 +346,8 @@ def interleaved_results(args):
         jobs.append({"algorithms": algorithms, "bucket_size": size, "tau_ms": r["tau_ms"], "phi_ms": r["phi_ms"],
                      "psi_plus_delta_ms": r["psi_plus_delta_ms"],
                      "psi_pull_plus_delta_ms": r.get("psi_pull_plus_delta_ms"), "phi_pull_ms": r.get("phi_pull_ms"),
-                     "server_cpu_ms": r["server_cpu_ms"], "cycles": r["cycles"], "block": r["block"]})
+                     "server_cpu_ms": r["server_cpu_ms"], "cycles": r["cycles"], "block": r["block"],
+                     "fp32_way": r.get("fp32_way")})
         for alg, ms in r["iter_ms"].items():
             results[alg] = {"algorithm": alg, "model": r["model"], "batch": r["batch"], "workers": r["workers"],
                             "params": r["params"], "compute_ms": r["tau_ms"], "iter_ms": ms,

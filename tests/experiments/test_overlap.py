@@ -68,12 +68,16 @@ def test_interleaved_schedule_runs_each_segment_as_its_algorithm():
 def test_interleaved_job_runs_every_algorithm_by_its_schedule():
     """One job (--bucket-size: every algorithm on the same buckets), the four algorithms taking
     turns: what each pushed per timed step proves the switch (fp32 for S-SGD and OD-SGD, codes
-    for BIT-SGD, one correction in k for CD-SGD)."""
+    for BIT-SGD, one correction in k for CD-SGD). Its buckets have parts (CDSGD_PART_SIZE): the
+    part choice's trials are over before anything is timed, so every timed fp32 round goes the
+    same way (a part's proof region is pushed with it: a trial of the other way among the
+    timed steps would change what CD-SGD's correction pushes beside S-SGD's round)."""
     k = 3
     cmd = [sys.executable, "-m", "cdsgd_mx.bench.overlap", "--params", "2e5", "--iterations", "12",
            "--warmup", "2", "--k", str(k), "--compute-iterations", "1", "--interleaved", "--json",
            "--bucket-size", "65536"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, CDSGD_PART_SIZE="16384"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
     # the first JSON line, and the only one of its kind (the leader's, none from the workers): provenance
@@ -95,6 +99,7 @@ def test_interleaved_job_runs_every_algorithm_by_its_schedule():
     comm = next(r for r in rows if "phi_ms" in r)
     assert comm["phi_ms"] > 0 and comm["psi_plus_delta_ms"] > 0
     assert [j["algorithms"] for j in comm["jobs"]] == [["ssgd", "bitsgd", "odsgd", "cdsgd"]]
+    assert comm["jobs"][0]["fp32_way"] in ("parts", "whole buckets"), comm["jobs"]
 
 
 def test_emulated_compute_on_emulated_hosts(tmp_path):
