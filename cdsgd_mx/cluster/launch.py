@@ -65,9 +65,12 @@ from cdsgd_mx.cluster.watchdog import Watchdog
 # (bench.comm and bench.overlap ask for them), the servers' codec threads (server/node.py), the
 # workers' window of fp32 pushes in flight (worker/rounds.py), part size (worker/buckets.py) and way (worker/part_choice.py), and PYTHONPATH: where this Python
 # finds its packages (a checkout not installed; the same paths on every host, as the script's),
-# else a script run by path on a host would import whichever cdsgd_mx that host's Python has installed
+# else a script run by path on a host would import whichever cdsgd_mx that host's Python has installed;
+# PATH: a bare `python` in the command is the one it names here (a venv's), not the one a remote
+# shell's start-up files put first (seen: pyenv's shims from root's ~/.bashrc), as Horovod's
+# launcher and `mpirun -x PATH` do
 FORWARDED = (numerics.ENV, stages.ENV, "CDSGD_PROOF_STATS", "CDSGD_SERVER_THREADS", "CDSGD_PUSH_WINDOW", "CDSGD_PART_SIZE",
-             "CDSGD_PARTS", "PYTHONPATH")
+             "CDSGD_PARTS", "PYTHONPATH", "PATH")
 
 SERVERS_ENV = "CDSGD_SERVERS"  # tells a worker whose servers these are: 'cdsgd' (ours) or 'stock' (worker/doors.py)
 

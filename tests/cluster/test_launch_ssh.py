@@ -237,6 +237,25 @@ def test_nodes_over_ssh_import_from_the_launchers_pythonpath(real_sshd, tmp_path
     assert "FOUND %s" % marker in proc.stdout
 
 
+def test_a_bare_python_over_ssh_is_the_one_the_launchers_path_names(real_sshd, tmp_path):
+    """A remote shell starts with its own PATH (and whatever its start-up files put first, e.g.
+    pyenv's shims): the launcher's PATH goes with the command, so `python` there is the one it
+    names here (a venv's). Here: a `python` first on the launcher's PATH, which says so."""
+    env, hostfile, port, marker = real_sshd
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "python").write_text('#!/bin/sh\necho "THE LAUNCHERS PYTHON %s"\nexec %s "$@"\n' % (marker, sys.executable))
+    (first / "python").chmod(0o755)
+    env = dict(env, PATH="%s:%s" % (first, env["PATH"]))
+    code = "import mxnet as mx, cdsgd_mx\nkv = mx.kv.create('dist_sync')\nprint('JOINED', flush=True)\n"
+    proc = subprocess.run([sys.executable, "-m", "cdsgd_mx.launch", "-n", "1", "-s", "1", "-H", str(hostfile),
+                           "--ssh-port", str(port), "--host", "127.0.0.1", "--env", "DMLC_INTERFACE=lo",
+                           "--timeout", "90", "--", "python", "-c", code],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "worker 0 @127.0.0.1 | THE LAUNCHERS PYTHON %s" % marker in proc.stdout and "JOINED" in proc.stdout
+
+
 def test_nodes_over_a_real_sshd_stop_when_the_launcher_is_killed_during_start_up(real_sshd):
     """The case seen once: SIGKILL to the launcher while the workers are still starting (before
     their kvstore exists) must leave no server or worker behind on the host. sshd gives remote
