@@ -1969,3 +1969,44 @@ def test_no_engine_threads_on_the_servers_taken_out_is_its_raw_file():
             span(ratio.values(), "%.2f"), span(at_1g, "%.2f"), ratio[both_ways], sum(r > 1 for r in unshaped),
             len(unshaped)) in page
     assert min(ratio.values()) < 1 < max(ratio.values())  # "no consistent change"
+
+
+def test_the_proofs_share_counts_a_proof_per_message_as_its_raw_file_says():
+    """The push proofs' share of a round since bench.comm counts a proof per part: the lines
+    under the raw file's table (each job's, and the same work on an idle core)."""
+    bullet = " ".join(section(PERFORMANCE, "## What the options cost").split())
+    (raw,) = raw_files(bullet, "proofs-hosts-avx2-*.txt")
+    block = raw.read_text().split("proof of every push")[1]
+    entry = re.compile(r"(\w+)/hosts (\w+)(?: \(([^)]*)\))? (\d+) us = ([\d.]+)% \((\d+) us = ([\d.]+)%\)")
+    parts, parts_cpu, whole, corrections, idle_parts, servers, messages = [], [], [], [], [], [], {}
+    for line in block.splitlines():
+        if "on the busiest server" in line:
+            model = line.split(",")[0].strip()
+            messages[model] = int(re.search(r"; (\d+) parts and buckets in an fp32 round in parts", line).group(1))
+            for link, system, label, _, share, _, cpu in entry.findall(line):
+                if label == "in parts":
+                    assert (link, system) == ("1gbit", "ssgd")
+                    parts.append(float(share))
+                    parts_cpu.append(float(cpu))
+                elif label:
+                    assert system == "cdsgd" and label == "1 round in 5 in parts"
+                    corrections.append(float(share))
+                else:
+                    whole.append(float(share))
+        elif "idle core" in line:
+            worker, server = re.search(r"in parts, a worker (\d+) us \+ the server (\d+) us per message", line).groups()
+            servers.append(int(server))
+            if model == "inception_bn":
+                assert "pulls bring back, %s us for Inception-BN's parts" % worker in bullet
+            idle_parts.append(float(re.search(r"1gbit/hosts ssgd ([\d.]+)%", line).group(1)))
+    assert len(parts) == 2 and len(whole) == 8 and len(corrections) == 2
+    assert "in parts at 1 Gbit/s spends %s%% of its time" % span(parts, "%.2f") in bullet
+    assert "(Inception-BN's %d messages on the busiest server, ResNet-20's %d; %s%% in the server thread's CPU)" % (
+        messages["inception_bn"], messages["resnet20"], span(parts_cpu, "%.2f")) in bullet
+    assert "%s%% for the same work on an idle core" % span(idle_parts, "%.2f") in bullet
+    assert "the server's check, %s us a message" % span(servers, "%d") in bullet
+    assert "Rounds of whole buckets spend %s%% of their time" % span(whole, "%.2f") in bullet
+    assert "CD-SGD's at 1 Gbit/s, whose corrections go in parts, %s%%" % span(corrections, "%.2f") in bullet
+    answer = " ".join(section(PERFORMANCE, "## Today's answers").split())
+    assert "Push proofs %s%% of a round of whole buckets and %s%% of an S-SGD round in parts" % (
+        span(whole, "%.2f"), span(parts, "%.2f")) in answer

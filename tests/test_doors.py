@@ -168,11 +168,14 @@ def test_module_saves_and_loads_the_stores_states_and_resumes_bit_for_bit(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_fit_py_style_script_under_mxnets_launcher_trains_as_under_ours(tmp_path):
+@pytest.mark.parametrize("env", [{"CDSGD_OPTIONS": "k=3,warmup_steps=2"},
+                                 {"CDSGD_OPTIONS": "k=3,warmup_steps=9", "CDSGD_PART_SIZE": "32"}],
+                         ids=["whole", "parts-or-whole"])
+def test_a_fit_py_style_script_under_mxnets_launcher_trains_as_under_ours(tmp_path, env):
     """The script as fit.py users launch it: tools/launch.py --launcher local (through
     cdsgd_mx.mxnet_launch), `import cdsgd_mx` first, --kv-store dist_sync_cdsgd: the weights of
-    the same job under python -m cdsgd_mx.launch, bit for bit."""
-    env = {"CDSGD_OPTIONS": "k=3,warmup_steps=2"}
+    the same job under python -m cdsgd_mx.launch, bit for bit; also with buckets in parts of 32
+    values, whose 10 fp32 steps (9 warm-up, a correction) run the part choice's trials there."""
     proc_o, ours = job(tmp_path, "ours", "--store", "dist_sync_cdsgd", env=env)
     assert proc_o.returncode == 0, proc_o.stdout[-3000:] + proc_o.stderr[-3000:]
     secret = tmp_path / "secret"
@@ -186,8 +189,11 @@ def test_a_fit_py_style_script_under_mxnets_launcher_trains_as_under_ours(tmp_pa
            sys.executable, str(WORKER), "--out", str(out), "--store", "dist_sync_cdsgd"]
     proc = subprocess.run(cmd, cwd=str(tmp_path), env=clean, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "fp32 rounds in" in line]
+    assert len(said) == ("CDSGD_PART_SIZE" in env), said  # rank 0 says once which way the trials chose
     for r in range(2):
         theirs = json.loads((out / ("rank%d.json" % r)).read_text())
+        assert theirs["parts"] == ours[r]["parts"] and (theirs["parts"] > 0) == ("CDSGD_PART_SIZE" in env)
         assert [s for s, _ in theirs["record"]] == list(range(1, BATCHES + 1))
         for name, values in ours[r]["params"].items():
             np.testing.assert_array_equal(np.array(theirs["params"][name], np.float32),
