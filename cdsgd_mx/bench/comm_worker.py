@@ -13,7 +13,7 @@ from cdsgd_mx.bench.comm_systems import (ALTERNATING, K, OPTIMIZER, OURS, OUR_JO
 
 BATCH = 32            # only rescales the gradients (rescale_grad = 1/batch)
 FRESH_POOL = 3        # --grads fresh: gradient draws taken in turn, one per round
-MAX_WARMUP_ROUNDS = 80  # the part choice's trials: 7 fp32 steps, a CD-SGD correction every 5th step
+MAX_WARMUP_ROUNDS = 80  # the part choice's trials: 7 fp32 steps (13 with a second look), a CD-SGD correction every 5th round
 
 
 def worker(args):

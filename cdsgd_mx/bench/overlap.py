@@ -56,7 +56,7 @@ from cdsgd_mx.wire import stages
 
 ALGORITHMS = ["ssgd", "bitsgd", "odsgd", "cdsgd"]
 BOTH_WAYS = ["bitsgd_2bit", "cdsgd_2bit"]  # --interleaved only: with 2-bit pulls (pull_compression='2bit')
-MAX_TRIAL_ROUNDS = 16  # --interleaved: untimed fp32 rounds for the part choice's trials (7 fp32 steps and its decision)
+MAX_TRIAL_ROUNDS = 16  # --interleaved: untimed fp32 rounds for the part choice's trials (7 fp32 steps, 13 with a second look)
 COMM_ROUNDS = 4  # --interleaved: rounds of each kind alone per cycle (phi, psi + delta)
 
 

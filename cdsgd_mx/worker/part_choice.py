@@ -17,11 +17,16 @@ must: a key's round waits for every worker's push of it). A step took what its s
 took, and each way's median step decides: one slow step (a connection's first rounds, another
 process) cannot. (With their sums, ResNet-20's S-SGD rounds went whole in 2 of 10 jobs at 2 + 1
 on 1 Gbit/s NICs, and took 1.2-1.9x what parts took: docs/performance.md, "Parts or whole".)
-The rest of the job goes the faster way.
+Where the two medians are within CLOSE of each other, the first look could not tell (a
+transient slowed both ways: a ResNet-20 job at 2 + 1 on 1 Gbit/s NICs saw parts 42.2 ms and
+whole 40.9, went whole and took 44.9 ms a round where its neighbours took 30-37 in parts), and
+a second look (LOOK again, later in the job) decides alone. The rest of the job goes the
+faster way.
 CDSGD_PARTS: auto (the default), parts or whole (worker/config.py).
 
 API: PartChoice(mode, backend, rank, workers).whole(t) / mode_of(t) / timing(t) / time_step(t,
-start_s, wires); width (of the tally); decided, medians; MODES; TRIALS (the trial order).
+start_s, wires); width (of the tally); decided, medians, first_look; MODES; TRIALS (the first
+look's order), LOOK (a look's timed steps), CLOSE.
 """
 import ctypes
 
@@ -30,8 +35,10 @@ import numpy as np
 from cdsgd_mx.wire import protocol
 
 MODES = ("auto", "parts", "whole")
-TRIALS = (False, False, True, True, False, False, True)  # whole? per fp32 step: the first untimed (page faults, first pulls)
-TIMED = len(TRIALS) - 1
+LOOK = (False, True, True, False, False, True)  # whole? per timed trial step: P W W P P W
+TRIALS = (False,) + LOOK  # the first look: one untimed step first (page faults, first pulls)
+TIMED = len(LOOK)
+CLOSE = 0.10  # medians nearer than this (of the faster): a second look decides
 
 
 class PartChoice:
@@ -42,11 +49,14 @@ class PartChoice:
         if mode not in MODES:
             raise ValueError("mode must be one of %s, got %r" % (", ".join(MODES), mode))
         self.mode, self.backend, self.rank, self.workers = mode, backend, rank, workers
-        self.width = workers * TIMED  # the tally: a row of timed steps per worker
+        self.width = workers * TIMED  # the tally: a row of a look's timed steps per worker
         self.decided = None if mode == "auto" else mode == "whole"  # None: still trying
         self.trials = {}    # fp32 step -> whole? (the steps of the trials: what bytes_of_step reports for them)
+        self.plan = list(TRIALS) if mode == "auto" else []  # the ways of the trial steps still to come
+        self.look = []      # the timed steps of the current look
         self.timings = {}   # timed trial step -> [(start, the engine's stamp, its done array)], one per set
         self.medians = None  # after the decision: (parts, whole) seconds, each way's median step at its slowest worker
+        self.first_look = None  # the first look's medians where they were too close to decide
 
     def whole(self, t):
         """Whether step t's fp32 rounds go whole (the communication thread, at a round's push)."""
@@ -54,11 +64,15 @@ class PartChoice:
             return self.trials[t]
         if self.decided is not None:
             return self.decided
-        if len(self.trials) < len(TRIALS):
-            self.trials[t] = TRIALS[len(self.trials)]
-            return self.trials[t]
-        self.decided = self._decide()
-        return self.decided
+        if not self.plan:  # a look is over: its times decide, or ask for a second look
+            self.decided = self._decide()
+            if self.decided is not None:
+                return self.decided
+            self.plan = list(LOOK)
+        self.trials[t] = self.plan.pop(0)
+        if t != min(self.trials):  # (the first step untimed)
+            self.look.append(t)
+        return self.trials[t]
 
     def mode_of(self, t):
         """whole(t) for a step whose rounds have run (no trial is started): bytes_of_step."""
@@ -66,7 +80,7 @@ class PartChoice:
 
     def timing(self, t):
         """Whether step t's rounds are timed: a trial step after the first."""
-        return self.decided is None and t in self.trials and t != min(self.trials)
+        return self.decided is None and t in self.look
 
     def time_step(self, t, start_s, wires):
         """Step t's round of one set began at start_s (time.perf_counter()); the engine stamps
@@ -79,23 +93,30 @@ class PartChoice:
         self.timings.setdefault(t, []).append((start_s, seconds, done))
 
     def _decide(self):
-        """Every worker's times of the trial steps (a row each): whole buckets if their median
-        step, at its slowest worker, took less than parts' median step."""
-        steps = sorted(t for t in self.trials if t != min(self.trials))  # the timed ones, in order
+        """Every worker's times of the look's steps (a row each): whole buckets if their median
+        step, at its slowest worker, took less than parts' median step; None (look again) where
+        a first look's medians are within CLOSE."""
         rows = np.zeros((self.workers, TIMED), np.float32)
-        for j, t in enumerate(steps):
+        for j, t in enumerate(self.look):
             for start, seconds, done in self.timings.get(t, ()):
                 done.wait_to_read()
                 rows[self.rank, j] += seconds.value - start  # (a step's sets, one after another)
         self.timings = {}
         took = self.backend.tally(protocol.PARTS_KEY, rows.reshape(-1)).reshape(self.workers, TIMED).max(axis=0)
-        self.medians = tuple(float(np.median([took[j] for j, t in enumerate(steps) if self.trials[t] == way]))
-                             for way in (False, True))
-        whole = self.medians[1] < self.medians[0]
+        medians = tuple(float(np.median([took[j] for j, t in enumerate(self.look) if self.trials[t] == way]))
+                        for way in (False, True))
+        self.look = []
+        if self.first_look is None and max(medians) < (1 + CLOSE) * min(medians):
+            self.first_look = medians
+            return None
+        self.medians = medians
+        whole = medians[1] < medians[0]
         if self.rank == 0:
-            each = TRIALS.count(True)
+            again = "" if self.first_look is None else (
+                "; a second look, the first within %d%%: parts %.1f ms, whole buckets %.1f ms"
+                % (100 * CLOSE, 1e3 * self.first_look[0], 1e3 * self.first_look[1]))
             print("cdsgd_mx: fp32 rounds %s from now on (%d trial steps each way, the median step at its slowest "
-                  "worker: parts %.1f ms, whole buckets %.1f ms; CDSGD_PARTS=parts or whole fixes the way)"
-                  % ("in whole buckets" if whole else "in parts", each, 1e3 * self.medians[0], 1e3 * self.medians[1]),
-                  flush=True)
+                  "worker: parts %.1f ms, whole buckets %.1f ms%s; CDSGD_PARTS=parts or whole fixes the way)"
+                  % ("in whole buckets" if whole else "in parts", LOOK.count(True), 1e3 * medians[0],
+                     1e3 * medians[1], again), flush=True)
         return whole

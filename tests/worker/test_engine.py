@@ -328,18 +328,22 @@ def test_fp32_rounds_in_parts_give_the_simulations_weights(tmp_path, alg, window
             assert len(windows) == len(pushes) - 4 * (len(pushes) // len(units))
 
 
-@pytest.mark.parametrize("alg,mode", [("cdsgd", "whole"), ("cdsgd", "auto"), ("ssgd", "auto"), ("odsgd", "auto")])
-def test_buckets_with_parts_go_whole_or_the_way_the_trials_chose(tmp_path, alg, mode):
-    """Buckets with parts (CDSGD_PART_SIZE=64, 2 workers + 2 servers), cdsgd with 8 warm-up
+@pytest.mark.parametrize("alg,mode,close", [("cdsgd", "whole", None), ("cdsgd", "auto", None), ("ssgd", "auto", None),
+                                            ("odsgd", "auto", None), ("cdsgd", "auto", 100.0)])
+def test_buckets_with_parts_go_whole_or_the_way_the_trials_chose(tmp_path, alg, mode, close):
+    """Buckets with parts (CDSGD_PART_SIZE=64, 2 workers + 2 servers), cdsgd with 14 warm-up
     steps (S-SGD and OD-SGD: every step fp32): CDSGD_PARTS=whole sends every fp32 round whole;
     auto sends the first 7 fp32 steps as part_choice.TRIALS says (parts, then P W W P P W),
-    then every later one (cdsgd: the last warm-up step, the corrections) the way rank 0 prints
-    that the workers' added times chose.
+    and where rank 0 says the first look was too close to tell, the next 6 as LOOK says, then
+    every later one (cdsgd: the last warm-up steps, the corrections) the way rank 0 prints
+    that the workers' times chose.
     Either way the simulation's weights, bit for bit as the rounds in parts give them; a step's
-    pushes (trace) and bytes are its way's units, and the kvstore's accounting agrees."""
-    from cdsgd_mx.worker.part_choice import TRIALS
-    steps, warmup = 14, 8
-    cfg = dict(CFG, trace=str(tmp_path / "trace{index}.json"))
+    pushes (trace) and bytes are its way's units, and the kvstore's accounting agrees.
+    close: part_choice.CLOSE in the workers (100: any first look is too close, a second one
+    decides: its tally, a second round of the tally key, gives every worker the same way)."""
+    from cdsgd_mx.worker.part_choice import LOOK, TRIALS
+    steps, warmup = 18, 14  # (16 fp32 steps for cdsgd: a second look decides at the 14th)
+    cfg = dict(CFG, trace=str(tmp_path / "trace{index}.json"), **({} if close is None else {"part_close": close}))
     output = []
     got = finish(start(tmp_path, 2, 2, "--algorithm", alg, "--steps", str(steps), "--warmup", str(warmup),
                        "--k", str(K), "--threshold", str(T), "--config", json.dumps(cfg),
@@ -353,7 +357,9 @@ def test_buckets_with_parts_go_whole_or_the_way_the_trials_chose(tmp_path, alg, 
         assert len(said) == 1, output[0][-3000:]  # rank 0 only, once
         decided = "fp32 rounds in whole buckets from now on" in said[0]
         assert decided or "fp32 rounds in parts from now on" in said[0]
-        ways = list(TRIALS) + [decided] * (len(fp32_steps) - len(TRIALS))
+        assert close is None or "a second look" in said[0], said
+        tried = list(TRIALS) + (list(LOOK) if "a second look" in said[0] else [])
+        ways = tried + [decided] * (len(fp32_steps) - len(tried))
     init = [init_value(i, s) for i, s in enumerate(SHAPES)]
     xs, W = simulate(alg, 2, steps, warmup, K, T, init, grad_fn, CFG["lr"], CFG["momentum"], CFG["local_lr"],
                      CFG["batch"])

@@ -10,7 +10,7 @@ import pytest
 import cdsgd_mx
 from cdsgd_mx.wire import protocol
 from cdsgd_mx.worker import part_choice
-from cdsgd_mx.worker.part_choice import TIMED, TRIALS, PartChoice
+from cdsgd_mx.worker.part_choice import CLOSE, LOOK, TIMED, TRIALS, PartChoice
 
 
 class Tally:
@@ -90,6 +90,55 @@ def test_parts_where_they_are_faster_and_only_rank_0_says_so(capsys):
         assert choice.whole(100) is False
         out = capsys.readouterr().out
         assert ("fp32 rounds in parts from now on" in out) == (rank == 0)
+
+
+def looks(choice, times, steps):
+    """Run fp32 steps 0..steps-1, the j-th timed one taking times(j, whole) seconds; the ways taken."""
+    ways, j = [], 0
+    for t in range(steps):
+        whole = choice.whole(t)
+        ways.append(whole)
+        if choice.timing(t):
+            choice.timings.setdefault(t, []).append((10.0, ctypes.c_double(10.0 + times(j, whole)), Done()))
+            j += 1
+    return ways
+
+
+def test_a_first_look_too_close_to_tell_takes_a_second_which_decides(capsys):
+    """Parts 10.0 ms against whole buckets' 10.5 (within CLOSE) in the first look: no decision,
+    the next 6 fp32 steps look again (P W W P P W), and the second look's medians alone decide
+    (parts 4 ms, whole 8): parts, said once with both looks."""
+    backend = Tally(np.zeros(TIMED))
+    choice = PartChoice("auto", backend, rank=0)
+    first = lambda j, whole: 0.0105 if whole else 0.0100
+    second = lambda j, whole: 0.008 if whole else 0.004
+    ways = looks(choice, lambda j, whole: first(j, whole) if j < TIMED else second(j, whole), len(TRIALS) + TIMED + 2)
+    assert 0.0105 < (1 + CLOSE) * 0.0100
+    assert ways == list(TRIALS) + list(LOOK) + [False, False]
+    assert len(backend.calls) == 2 and choice.decided is False
+    np.testing.assert_allclose(choice.first_look, [0.0100, 0.0105], rtol=1e-5)
+    np.testing.assert_allclose(choice.medians, [0.004, 0.008], rtol=1e-5)
+    out = capsys.readouterr().out
+    assert out.count("fp32 rounds in parts from now on") == 1
+    assert "parts 4.0 ms, whole buckets 8.0 ms; a second look, the first within 10%: parts 10.0 ms, " \
+        "whole buckets 10.5 ms;" in out
+    # the second look's steps push their own way (bytes_of_step), the later ones the decision's
+    assert [choice.mode_of(t) for t in range(len(ways))] == ways
+
+
+def test_a_second_look_decides_however_close():
+    """No third look: a second look as close as the first decides by its medians."""
+    backend = Tally(np.zeros(TIMED))
+    choice = PartChoice("auto", backend, rank=0)
+    ways = looks(choice, lambda j, whole: 0.0100 if whole else 0.0101, len(TRIALS) + TIMED + 3)
+    assert ways[-2:] == [True, True] and choice.decided is True and len(backend.calls) == 2
+    assert choice.whole(1000) is True and len(backend.calls) == 2
+
+
+def test_medians_apart_by_more_than_close_decide_at_the_first_look():
+    choice = PartChoice("auto", Tally(np.zeros(TIMED)), rank=0)
+    ways = looks(choice, lambda j, whole: 0.0100 * (1 + 1.5 * CLOSE) if whole else 0.0100, len(TRIALS) + 2)
+    assert ways == list(TRIALS) + [False, False] and choice.first_look is None
 
 
 @pytest.mark.parametrize("mode,whole", [("parts", False), ("whole", True)])

@@ -134,6 +134,9 @@ def main():
         rank = trainer._kvstore.rank
     else:
         import cdsgd_mx
+        if "part_close" in cfg:  # how near the part choice's medians must be for a second look
+            from cdsgd_mx.worker import part_choice
+            part_choice.CLOSE = cfg["part_close"]
         if store is None:
             store = cfg.get("kvstore", "dist_sync")
         if cfg.get("existing_store"):  # as MXNet's cifar10_dist.py does, for its rank before its data loaders

@@ -23,6 +23,9 @@ ap.add_argument("--store", default="dist_sync_cdsgd")
 ap.add_argument("--steps", type=int, default=12)
 ap.add_argument("--out", required=True)
 args = ap.parse_args()
+if os.environ.get("TEST_PART_CLOSE"):  # (tests/test_doors.py) how near the part choice's medians must be for a second look
+    from cdsgd_mx.worker import part_choice
+    part_choice.CLOSE = float(os.environ["TEST_PART_CLOSE"])
 
 BATCH = 8
 mx.random.seed(0)

@@ -29,6 +29,9 @@ args = ap.parse_args()
 
 if not args.no_import:
     import cdsgd_mx  # noqa: F401  (first, as the docs say: registers our stores)
+if os.environ.get("TEST_PART_CLOSE"):  # (tests/test_doors.py) how near the part choice's medians must be for a second look
+    from cdsgd_mx.worker import part_choice
+    part_choice.CLOSE = float(os.environ["TEST_PART_CLOSE"])
 import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
