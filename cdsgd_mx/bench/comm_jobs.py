@@ -78,6 +78,7 @@ def run_job(args, model, label, system):
     warmup = worst.get("warmup_rounds", WARMUP_ROUNDS)  # (more where the part choice's trials ran on: comm_worker)
     if worst.get("way"):  # how its fp32 rounds went (worker/part_choice.py), where its buckets have parts
         result["way"] = worst["way"]
+        result["trials"] = worst.get("trials")  # (the same on every worker: their times are shared)
     if "ratio" in worst:  # paired: the worker with the larger ratio, and the mean over the workers
         result.update({k: v for k, v in worst.items() if k.endswith("_ms") or k in ("ratio", "rank")})
         result["mean_ratio"] = statistics.mean(r["ratio"] for r in found)
@@ -103,7 +104,13 @@ def outcome(r):
     """A job's line of progress: its time (and the way its fp32 rounds took), or why it failed."""
     if "ms" not in r:
         return "failed: " + r["error"]
-    return "%.1f ms" % r["ms"] + (" (fp32 rounds in %s)" % r["way"] if "way" in r else "")
+    if "way" not in r:
+        return "%.1f ms" % r["ms"]
+    trials = r.get("trials")
+    tried = "" if not trials else "; trials: parts %.1f, whole %.1f ms%s" % (
+        trials["ms"][0], trials["ms"][1], ", after a first look at %.1f and %.1f" % tuple(trials["first_look_ms"])
+        if trials.get("first_look_ms") else "")
+    return "%.1f ms (fp32 rounds in %s%s)" % (r["ms"], r["way"], tried)
 
 
 def trace_path(folder, model, link, system, rank):

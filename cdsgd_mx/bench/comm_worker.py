@@ -118,6 +118,7 @@ def worker(args):
             trainer.save_trace()
         print("RESULT " + json.dumps({"rank": rank, "ms": odd_ms, "even_ms": even_ms, "odd_ms": odd_ms,
                                       "warmup_rounds": warmup, "way": way_of(trainer, args.system),
+                                      "trials": trials_of(trainer, args.system),
                                       names[0] + "_ms": even_ms, names[1] + "_ms": odd_ms, "ratio": odd_ms / even_ms,
                                       "bytes_per_round": (pushed() - b0) / (2 * args.rounds)}), flush=True)
         return
@@ -141,7 +142,7 @@ def worker(args):
     if args.trace and args.system in OUR_JOBS:
         trainer.save_trace()
     print("RESULT " + json.dumps({"rank": rank, "ms": ms, "round_ms": times, "warmup_rounds": warmup,
-                                  "way": way_of(trainer, args.system),
+                                  "way": way_of(trainer, args.system), "trials": trials_of(trainer, args.system),
                                   "bytes_per_round": (pushed() - b0) / args.rounds if args.system in OURS else None}),
           flush=True)
 
@@ -173,6 +174,17 @@ def way_of(trainer, system):
     """How the job's timed fp32 rounds went: 'parts' or 'whole buckets' (part_choice.py); None
     where it times none, or its buckets have no parts."""
     return trainer._kvstore.fp32_way if times_fp32_rounds(system) else None
+
+
+def trials_of(trainer, system):
+    """What the part choice's trials measured (ms: each way's median step at its slowest
+    worker, [parts, whole]; the first look's too where a second one decided); None where the
+    job tried nothing."""
+    choice = trainer._kvstore.rounds.choice if way_of(trainer, system) else None
+    if choice is None or choice.medians is None:
+        return None
+    ms = lambda medians: [round(1e3 * m, 2) for m in medians]
+    return {"ms": ms(choice.medians), "first_look_ms": ms(choice.first_look) if choice.first_look else None}
 
 
 def alternate(ours, system):

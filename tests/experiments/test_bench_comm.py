@@ -464,5 +464,20 @@ def test_cd_sgd_jobs_time_their_rounds_after_the_part_choice(tmp_path, monkeypat
         assert systems[system]["way"] in ("parts", "whole buckets"), systems[system]
         (warmup,) = set(w["warmup_rounds"] for w in systems[system]["workers"])
         assert warmup in warmups, (system, warmup)
+        # what the trials measured, each way's median step (ms), and the way is the faster one
+        parts_ms, whole_ms = systems[system]["trials"]["ms"]
+        assert parts_ms > 0 and whole_ms > 0 and (whole_ms < parts_ms) == (systems[system]["way"] == "whole buckets")
         assert "lenet5 none %s ... " % system in proc.stdout and \
-            "(fp32 rounds in %s)" % systems[system]["way"] in proc.stdout
+            "(fp32 rounds in %s; trials: parts %.1f, whole %.1f ms" % (systems[system]["way"], parts_ms, whole_ms) \
+            in proc.stdout
+
+
+def test_a_jobs_progress_line_says_its_way_and_what_its_trials_measured():
+    from cdsgd_mx.bench.comm_jobs import outcome
+    assert outcome({"ms": 12.0}) == "12.0 ms"
+    assert outcome({"error": "boom"}) == "failed: boom"
+    assert outcome({"ms": 12.0, "way": "parts", "trials": {"ms": [10.0, 12.5], "first_look_ms": None}}) == \
+        "12.0 ms (fp32 rounds in parts; trials: parts 10.0, whole 12.5 ms)"
+    assert outcome({"ms": 12.0, "way": "parts", "trials": {"ms": [10.0, 12.5], "first_look_ms": [11.0, 11.5]}}) == \
+        "12.0 ms (fp32 rounds in parts; trials: parts 10.0, whole 12.5 ms, after a first look at 11.0 and 11.5)"
+    assert outcome({"ms": 12.0, "way": "whole buckets", "trials": None}) == "12.0 ms (fp32 rounds in whole buckets)"
