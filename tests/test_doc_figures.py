@@ -842,7 +842,7 @@ def test_s_sgd_chooses_parts_or_whole_as_its_raw_files_say():
     answer = " ".join(answer[:answer.index("\n- **", 1)].split())
     assert "on 10 Gbit/s NICs takes %.2f and %.2f of its time in 2^16-value buckets" % (
         ratio("inception_bn", "10gbit"), ratio("resnet20", "10gbit")) in answer
-    assert "at 1 Gbit/s %.2f and %.2f; one ResNet-20 job in 5 took the slower way" % (
+    assert "at 1 Gbit/s %.2f and %.2f. Since `661cfdb` a close call takes a second look" % (
         ratio("inception_bn", "1gbit"), ratio("resnet20", "1gbit")) in answer
     slower = section(PERFORMANCE, "## Today's answers")
     assert "0.53 and 0.65 of its time before (Inception-BN, ResNet-20), at 1 Gbit/s 1.02 and 1.01" in " ".join(slower.split())
@@ -2010,3 +2010,46 @@ def test_the_proofs_share_counts_a_proof_per_message_as_its_raw_file_says():
     answer = " ".join(section(PERFORMANCE, "## Today's answers").split())
     assert "Push proofs %s%% of a round of whole buckets and %s%% of an S-SGD round in parts" % (
         span(whole, "%.2f"), span(parts, "%.2f")) in answer
+
+
+def test_the_part_choices_second_look_is_its_raw_file():
+    """Each job's line of the second look's runs: its way, its trials (and first look), its round."""
+    page = " ".join(section(PERFORMANCE, "### Parts or whole, chosen in each job").split())
+    (raw,) = raw_files(page, "part-choice-looks-avx2-*.txt")
+    line = re.compile(r"^\[\d+/\d+\] (\w+) (\w+)/hosts ssgd \.\.\. ([\d.]+) ms \(fp32 rounds in (parts|whole buckets); "
+                      r"trials: parts ([\d.]+), whole ([\d.]+) ms(?:, after a first look at ([\d.]+) and ([\d.]+))?\)", re.M)
+    jobs = [(m[0], m[1], float(m[2]), m[3], float(m[4]), float(m[5]), m[6] and (float(m[6]), float(m[7])))
+            for m in line.findall(raw.read_text())]
+    r20 = [j for j in jobs if j[:2] == ("resnet20", "1gbit")]
+    others = [j for j in jobs if j[:2] != ("resnet20", "1gbit")]
+    assert len(r20) == 20 and len(others) == 15 and all(j[3] == "parts" for j in r20)
+    for j in jobs:  # the way is the faster of the deciding look's medians
+        assert (j[5] < j[4]) == (j[3] == "whole buckets"), j
+        assert not j[6] or max(j[6]) < 1.1 * min(j[6]), j  # a second look only after a close first
+    second = [j for j in r20 if j[6]]
+    assert len(second) == 2 and not any(j[6] for j in others)
+    (turned,) = [j for j in second if j[6][1] < j[6][0]]  # whole ahead at the first look
+    assert "1 Gbit/s every job took parts; %d took a second look" % len(second) in page
+    assert "(parts %.1f ms, whole %.1f), went parts on its second (%.1f against %.1f) and took %.1f ms a round" % (
+        *turned[6], turned[4], turned[5], turned[2]) in page
+    ways = {(m, l): {j[3] for j in others if j[:2] == (m, l)} for m, l in {j[:2] for j in others}}
+    assert ways == {("inception_bn", "1gbit"): {"parts"}, ("inception_bn", "10gbit"): {"whole buckets"},
+                    ("resnet20", "10gbit"): {"whole buckets"}}
+    assert "The other cells' %d jobs took their cell's way at the first look" % len(others) in page
+    answer = " ".join(section(PERFORMANCE, "## Today's answers").split())
+    assert "a close call takes a second look: %d of %d jobs took their cell's way, one of them only at its second " \
+        "look" % (len(jobs), len(jobs)) in answer
+
+
+def test_the_first_looks_wrong_choice_is_its_raw_file():
+    page = " ".join(section(PERFORMANCE, "### Parts or whole, chosen in each job").split())
+    (raw,) = raw_files(page, "part-choice-first-look-avx2-*.txt")
+    jobs = [(float(ms), way, float(p), float(w)) for ms, way, p, w in re.findall(
+        r"^resnet20 auto job \d+: ([\d.]+) ms (parts|whole buckets) \('([\d.]+)', '([\d.]+)'\)", raw.read_text(), re.M)]
+    r20_1gbit = jobs[:10]  # (the file's first cell)
+    (wrong,) = [j for j in r20_1gbit if j[1] == "whole buckets"]
+    right = [j[0] for j in r20_1gbit if j[1] == "parts"]
+    assert "1 of %d ResNet-20 jobs at 1 Gbit/s went whole on first-look medians %d%% apart (parts %.1f ms, whole " \
+        "%.1f) and took %.1f ms a round, where the other %d took %s ms in parts" % (
+            len(r20_1gbit), round(100 * (wrong[2] / wrong[3] - 1)), wrong[2], wrong[3], wrong[0], len(right),
+            span(right, "%.1f")) in page
