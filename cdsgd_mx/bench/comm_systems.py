@@ -18,6 +18,8 @@ ALGORITHM_OF = dict({"paired": "bitsgd", "paired_pull": "bitsgd", "paired_sum": 
 def algorithm_of(system):
     """The algorithm a system of ours trains with (its both-ways variant: the same one)."""
     return ALGORITHM_OF.get(system, system.replace("_2bit", ""))
+
+
 def times_fp32_rounds(system):
     """Whether a job of ours times fp32 rounds (every round, CD-SGD's corrections, a paired
     job's S-SGD rounds): those go in parts or whole, as the job's first fp32 steps choose."""

@@ -19,10 +19,9 @@ process) cannot. (With their sums, ResNet-20's S-SGD rounds went whole in 2 of 1
 on 1 Gbit/s NICs, and took 1.2-1.9x what parts took: docs/performance.md, "Parts or whole".)
 Where the two medians are within CLOSE of each other, the first look could not tell (a
 transient slowed both ways: a ResNet-20 job at 2 + 1 on 1 Gbit/s NICs saw parts 42.2 ms and
-whole 40.9, went whole and took 44.9 ms a round where 9 others took 30.5-37.2 in parts: docs/performance.md,
-"Parts or whole"), and
-a second look (LOOK again, later in the job) decides alone. The rest of the job goes the
-faster way.
+whole 40.9, went whole and took 44.9 ms a round where 9 others took 30.5-37.2 in parts;
+docs/performance.md, "Parts or whole"), and a second look (LOOK again, later in the job)
+decides alone. The rest of the job goes the faster way.
 CDSGD_PARTS: auto (the default), parts or whole (worker/config.py).
 
 API: PartChoice(mode, backend, rank, workers).whole(t) / mode_of(t) / timing(t) / time_step(t,
